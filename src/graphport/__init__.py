@@ -1,0 +1,36 @@
+"""graphport: sound ahead-of-time whole-graph capture of PyTorch programs.
+
+The public API mirrors `torch.export`, so switching is a change of import.
+"""
+from .errors import (
+    ConstraintViolationError,
+    DataDependentError,
+    GraphportError,
+    InputMismatchError,
+    InternalError,
+    UnsupportedFeatureError,
+    UnsupportedInputError,
+    UnsupportedOperatorError,
+    UserError,
+)
+from .export import export
+from .program import (
+    ExportedProgram,
+    ExportGraphSignature,
+    InputKind,
+    InputSpec,
+    ModuleCallEntry,
+    ModuleCallSignature,
+    OutputKind,
+    OutputSpec,
+)
+from .pytree import register_dataclass
+from .passes.verifier import verify
+
+__all__ = [
+    "export", "ExportedProgram", "ExportGraphSignature", "InputKind", "InputSpec", "OutputKind",
+    "OutputSpec", "ModuleCallEntry", "ModuleCallSignature", "register_dataclass", "verify",
+    "GraphportError", "UserError", "DataDependentError", "UnsupportedOperatorError",
+    "UnsupportedInputError", "InputMismatchError", "UnsupportedFeatureError",
+    "ConstraintViolationError", "InternalError",
+]

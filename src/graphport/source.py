@@ -1,0 +1,83 @@
+"""Where in the user's program are we? Stack walking shared by capture and errors.
+
+A frame is "user code" unless it lives inside torch or graphport itself. Library code
+such as transformers counts as user code: it is what the user asked us to capture.
+"""
+from __future__ import annotations
+
+import linecache
+import os
+import sys
+from dataclasses import dataclass
+from types import FrameType
+
+import torch
+
+_INTERNAL_DIRS = (
+    os.path.dirname(torch.__file__) + os.sep,
+    os.path.dirname(os.path.abspath(__file__)) + os.sep,
+    os.path.dirname(os.__file__) + os.sep + "contextlib.py",
+)
+
+
+@dataclass(frozen=True)
+class SourceLocation:
+    filename: str
+    lineno: int
+    function: str
+
+    @property
+    def code(self) -> str:
+        return linecache.getline(self.filename, self.lineno).strip()
+
+    def __str__(self) -> str:
+        return f"{self.filename}:{self.lineno} in {self.function}"
+
+    def describe(self) -> str:
+        """`file:line in fn` followed by the line of code, for error messages."""
+        code = self.code
+        return f"{self}\n    {code}" if code else str(self)
+
+
+def _is_internal(filename: str) -> bool:
+    return filename.startswith(_INTERNAL_DIRS) or filename.startswith("<frozen")
+
+
+def user_frames(limit: int = 64) -> list[FrameType]:
+    """User frames on the current stack, outermost first."""
+    frames = []
+    frame = sys._getframe(1)
+    while frame is not None and len(frames) < limit:
+        if not _is_internal(frame.f_code.co_filename):
+            frames.append(frame)
+        frame = frame.f_back
+    frames.reverse()
+    return frames
+
+
+def innermost_user_location() -> SourceLocation | None:
+    frame = sys._getframe(1)
+    while frame is not None:
+        filename = frame.f_code.co_filename
+        if not _is_internal(filename):
+            return SourceLocation(filename, frame.f_lineno, frame.f_code.co_name)
+        frame = frame.f_back
+    return None
+
+
+def user_stack(stop_at: FrameType | None = None) -> tuple[SourceLocation, ...]:
+    """User locations from `stop_at` (the capture's entry frame, exclusive) inwards."""
+    locations = []
+    frame = sys._getframe(1)
+    while frame is not None and frame is not stop_at:
+        filename = frame.f_code.co_filename
+        if not _is_internal(filename):
+            locations.append(SourceLocation(filename, frame.f_lineno, frame.f_code.co_name))
+        frame = frame.f_back
+    locations.reverse()
+    return tuple(locations)
+
+
+def format_stack_trace(stack: tuple[SourceLocation, ...]) -> str:
+    """The `stack_trace` node metadata string, in the traceback layout torch tools parse."""
+    return "\n".join(f'  File "{loc.filename}", line {loc.lineno}, in {loc.function}\n    {loc.code}' for loc in stack)
