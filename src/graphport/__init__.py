@@ -14,16 +14,8 @@ from .errors import (
     UserError,
 )
 from .export import export
-from .program import (
-    ExportedProgram,
-    ExportGraphSignature,
-    InputKind,
-    InputSpec,
-    ModuleCallEntry,
-    ModuleCallSignature,
-    OutputKind,
-    OutputSpec,
-)
+from .program import ExportedProgram, ModuleCallEntry, ModuleCallSignature
+from .signature import ExportGraphSignature, InputKind, InputSpec, OutputKind, OutputSpec
 from .pytree import register_dataclass
 from .passes.verifier import verify
 

@@ -1,0 +1,277 @@
+"""Capture: run the user's program once on tracer tensors and record it as a graph.
+
+`capture()` swaps the module's parameters and buffers for tracer tensors, flattens the
+inputs, runs the program under the capture mode, then assembles the graph's outputs
+(state mutations first, then user outputs) and its signature.
+"""
+from __future__ import annotations
+
+import contextlib
+import inspect
+import sys
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import torch
+import torch.fx as fx
+from torch.utils import _pytree as pytree
+
+from ..errors import UnsupportedInputError
+from ..pytree import key_to_str, leaf_name, path_to_str
+from ..signature import (ConstantArgument, ExportGraphSignature, InputKind, InputSpec, OutputKind, OutputSpec,
+                         TensorArgument)
+from ..source import format_stack_trace
+from .tracer import CaptureMode, Recorder, TracerTensor
+
+SCALAR_TYPES = (int, float, bool, str, torch.dtype, torch.device, type(None))
+
+
+@dataclass
+class Captured:
+    """What capture hands to the rest of the pipeline."""
+    graph: fx.Graph
+    signature: ExportGraphSignature
+    state_dict: dict[str, torch.Tensor]
+    constants: dict[str, torch.Tensor]
+    in_spec: pytree.TreeSpec
+    out_spec: pytree.TreeSpec
+    input_paths: list[str] = field(default_factory=list)   # printable path of each flat user input
+    forward_arg_names: list[str] = field(default_factory=list)
+
+
+def capture(fn: Callable, args: tuple, kwargs: dict, root: torch.nn.Module | None) -> Captured:
+    rec = Recorder(entry_frame=sys._getframe(0))
+    state = _State(root, rec) if root is not None else None
+    arg_names = _argument_names(fn, args, kwargs)
+    flat, in_spec = pytree.tree_flatten_with_path((args, kwargs))
+    user_specs, tracer_leaves, paths = [], [], []
+    for path, leaf in flat:
+        name, printable = _leaf_naming(path, arg_names)
+        paths.append(printable)
+        if isinstance(leaf, torch.Tensor):
+            tracer = rec.tracer_for_placeholder(name, leaf)
+            tracer.gp_node.meta["gp_user_input"] = leaf
+            tracer_leaves.append(tracer)
+            user_specs.append(InputSpec(InputKind.USER_INPUT, TensorArgument(tracer.gp_node.name)))
+        elif isinstance(leaf, SCALAR_TYPES):
+            node = rec.placeholder(name, leaf)
+            tracer_leaves.append(leaf)
+            user_specs.append(InputSpec(InputKind.USER_INPUT, ConstantArgument(node.name, leaf)))
+        else:
+            raise UnsupportedInputError(
+                f"input {printable} is a {type(leaf).__qualname__}, which graphport cannot flatten into "
+                "tensors and constants",
+                fix="pass tensors, Python scalars or strings in tuples, lists, dicts or namedtuples; for your own "
+                    "container class, call graphport.register_dataclass(cls) (dataclasses) or "
+                    "torch.utils._pytree.register_pytree_node")
+    tracer_args, tracer_kwargs = pytree.tree_unflatten(tracer_leaves, in_spec)
+
+    with contextlib.ExitStack() as stack:
+        if state is not None:
+            stack.enter_context(state.swapped())
+            stack.enter_context(_module_stack_hooks(rec, state.module_names))
+        stack.enter_context(_exporting_flags())
+        stack.enter_context(torch._C._AutoDispatchBelowADInplaceOrView())
+        mode = stack.enter_context(CaptureMode(rec))
+        out = fn(*tracer_args, **tracer_kwargs)
+        if state is not None:
+            state.collect_reassigned()
+
+    flat_out, out_spec = pytree.tree_flatten_with_path(out)
+    output_values, output_specs = [], []
+    if state is not None:
+        for tracer, kind, target in state.mutations():
+            output_values.append(rec.value(tracer))
+            output_specs.append((kind, target))
+    for tracer, spec in zip(tracer_leaves, user_specs):
+        if isinstance(tracer, TracerTensor) and rec.value(tracer) is not tracer.gp_placeholder:
+            output_values.append(rec.value(tracer))
+            output_specs.append((OutputKind.USER_INPUT_MUTATION, spec.arg.name))
+    for path, leaf in flat_out:
+        if isinstance(leaf, TracerTensor):
+            output_values.append(rec.value(leaf))
+            output_specs.append((OutputKind.USER_OUTPUT, None))
+        elif isinstance(leaf, torch.Tensor):
+            output_values.append(rec.value(rec.constant(leaf)))
+            output_specs.append((OutputKind.USER_OUTPUT, None))
+        elif isinstance(leaf, SCALAR_TYPES):
+            output_values.append(leaf)
+            output_specs.append((OutputKind.USER_OUTPUT, None))
+        else:
+            raise UnsupportedInputError(
+                f"output {path_to_str('output', path)} is a {type(leaf).__qualname__}, which graphport cannot "
+                "flatten into tensors and constants",
+                fix="return tensors, Python scalars, or containers of them (register your own with "
+                    "graphport.register_dataclass)")
+    rec.graph.output(tuple(output_values))
+
+    input_specs = (state.input_specs() if state is not None else []) + _constant_specs(rec) + user_specs
+    _order_placeholders(rec.graph, [s.arg.name for s in input_specs])
+    out_specs = []
+    for value, (kind, target) in zip(output_values, output_specs):
+        arg = TensorArgument(value.name) if isinstance(value, fx.Node) else ConstantArgument("", value)
+        out_specs.append(OutputSpec(kind, arg, target))
+    for node in rec.graph.nodes:
+        stack_ = node.meta.pop("gp_stack", None)
+        if stack_:
+            node.meta["stack_trace"] = format_stack_trace(stack_)
+    return Captured(
+        graph=rec.graph,
+        signature=ExportGraphSignature(input_specs, out_specs),
+        state_dict=state.state_dict() if state is not None else {},
+        constants=dict(rec.constant_values),
+        in_spec=in_spec,
+        out_spec=out_spec,
+        input_paths=paths,
+        forward_arg_names=list(arg_names),
+    )
+
+
+def _constant_specs(rec: Recorder) -> list[InputSpec]:
+    specs = []
+    for node in rec.placeholders:
+        target = node.meta.get("gp_constant_target")
+        if target is not None:
+            specs.append(InputSpec(InputKind.CONSTANT_TENSOR, TensorArgument(node.name), target))
+    return specs
+
+
+def _order_placeholders(graph: fx.Graph, names: list[str]) -> None:
+    """Placeholders in signature order: parameters, buffers, constants, user inputs."""
+    by_name = {n.name: n for n in graph.nodes if n.op == "placeholder"}
+    anchor = next((n for n in graph.nodes if n.op != "placeholder"), None)
+    for name in names:
+        anchor.prepend(by_name[name])
+
+
+def _argument_names(fn: Callable, args: tuple, kwargs: dict) -> list[str]:
+    """Names of the positional arguments, from the signature of forward / the function."""
+    target = fn.forward if isinstance(fn, torch.nn.Module) else fn
+    try:
+        params = list(inspect.signature(target).parameters.values())
+    except (TypeError, ValueError):
+        return [f"arg{i}" for i in range(len(args))]
+    names = []
+    for i in range(len(args)):
+        if i < len(params) and params[i].kind in (params[i].POSITIONAL_ONLY, params[i].POSITIONAL_OR_KEYWORD):
+            names.append(params[i].name)
+        else:
+            var = next((p.name for p in params if p.kind is p.VAR_POSITIONAL), "args")
+            names.append(f"{var}_{i - len([p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)])}")
+    return names
+
+
+def _leaf_naming(path: tuple, arg_names: list[str]) -> tuple[str, str]:
+    """(placeholder name, printable path) of a flat input leaf from its (args, kwargs) path."""
+    group, first, rest = path[0].idx, path[1], path[2:]
+    root = arg_names[first.idx] if group == 0 else str(first.key)
+    return leaf_name([root] + [key_to_str(k) for k in rest]), path_to_str(root, rest)
+
+
+class _State:
+    """The module's parameters, buffers and tensor attributes, and their tracers."""
+
+    def __init__(self, root: torch.nn.Module, rec: Recorder):
+        self.root = root
+        self.rec = rec
+        self.module_names: dict[int, str] = {}
+        for name, mod in root.named_modules(remove_duplicate=False):
+            self.module_names.setdefault(id(mod), name)
+        self.params: list[tuple[str, torch.Tensor, TracerTensor]] = []
+        self.buffers: list[tuple[str, torch.Tensor, TracerTensor, bool]] = []
+        self.by_id: dict[int, TracerTensor] = {}
+        for name, p in root.named_parameters():
+            t = rec.tracer_for_placeholder("p_" + name.replace(".", "_"), p)
+            self.params.append((name, p, t))
+            self.by_id[id(p)] = t
+        for name, b in root.named_buffers():
+            owner, _, attr = name.rpartition(".")
+            persistent = attr not in root.get_submodule(owner)._non_persistent_buffers_set
+            t = rec.tracer_for_placeholder("b_" + name.replace(".", "_"), b)
+            self.buffers.append((name, b, t, persistent))
+            self.by_id[id(b)] = t
+        for mod_name, mod in root.named_modules():
+            for attr, value in vars(mod).items():
+                if isinstance(value, torch.Tensor) and id(value) not in self.by_id:
+                    rec.constant_names.setdefault(id(value), f"{mod_name}.{attr}" if mod_name else attr)
+        self.reassigned: dict[str, torch.Tensor] = {}
+
+    @contextlib.contextmanager
+    def swapped(self):
+        """Module state replaced by tracers for the duration of capture, restored after."""
+        saved = []
+        for _, mod in self.root.named_modules(remove_duplicate=False):
+            for table in (mod._parameters, mod._buffers):
+                for key, value in list(table.items()):
+                    if value is not None and id(value) in self.by_id:
+                        saved.append((table, key, value))
+                        table[key] = self.by_id[id(value)]
+        try:
+            yield
+        finally:
+            for table, key, value in saved:
+                table[key] = value
+
+    def collect_reassigned(self) -> None:
+        """Buffers the program replaced with `self.buf = new_tensor`: captured as writes."""
+        for name, _, tracer, _ in self.buffers:
+            owner, _, attr = name.rpartition(".")
+            current = self.root.get_submodule(owner)._buffers.get(attr)
+            if current is not tracer and isinstance(current, torch.Tensor):
+                self.reassigned[name] = current
+
+    def mutations(self):
+        for name, _, tracer in self.params:
+            if tracer.gp_node is not tracer.gp_placeholder:
+                yield tracer, OutputKind.PARAMETER_MUTATION, name
+        for name, _, tracer, _ in self.buffers:
+            if name in self.reassigned:
+                new = self.reassigned[name]
+                yield (new if isinstance(new, TracerTensor) else self.rec.constant(new)), OutputKind.BUFFER_MUTATION, name
+            elif tracer.gp_node is not tracer.gp_placeholder:
+                yield tracer, OutputKind.BUFFER_MUTATION, name
+
+    def input_specs(self) -> list[InputSpec]:
+        specs = [InputSpec(InputKind.PARAMETER, TensorArgument(t.gp_placeholder.name), name)
+                 for name, _, t in self.params]
+        specs += [InputSpec(InputKind.BUFFER, TensorArgument(t.gp_placeholder.name), name, persistent)
+                  for name, _, t, persistent in self.buffers]
+        return specs
+
+    def state_dict(self) -> dict[str, torch.Tensor]:
+        return {**{n: p for n, p, _ in self.params}, **{n: b for n, b, _, _ in self.buffers}}
+
+
+@contextlib.contextmanager
+def _module_stack_hooks(rec: Recorder, module_names: dict[int, str]):
+    """Track which modules are running, for each node's nn_module_stack."""
+    def push(module, args):
+        name = module_names.get(id(module))
+        if name is not None:
+            typ = type(module)
+            rec.module_stack.append((name, f"{typ.__module__}.{typ.__qualname__}"))
+
+    def pop(module, args, output):
+        if module_names.get(id(module)) is not None and rec.module_stack:
+            rec.module_stack.pop()
+
+    pre = torch.nn.modules.module.register_module_forward_pre_hook(push)
+    post = torch.nn.modules.module.register_module_forward_hook(pop, always_call=True)
+    try:
+        yield
+    finally:
+        pre.remove()
+        post.remove()
+        rec.module_stack.clear()
+
+
+@contextlib.contextmanager
+def _exporting_flags():
+    """torch.compiler.is_exporting() / is_compiling() answer True while we capture."""
+    import torch.compiler as tc
+    saved = tc._is_exporting_flag, tc._is_compiling_flag
+    tc._is_exporting_flag = tc._is_compiling_flag = True
+    try:
+        yield
+    finally:
+        tc._is_exporting_flag, tc._is_compiling_flag = saved

@@ -1,0 +1,84 @@
+"""The IR contract (DESIGN.md), checked on every exported program.
+
+A violation is graphport's bug, not the user's: the error names the node and the rule.
+"""
+from __future__ import annotations
+
+import operator
+
+import torch
+import torch.fx as fx
+
+from ..capture.op_kinds import Kind, op_info
+from ..errors import InternalError
+from ..signature import InputKind, OutputKind
+
+_INPUT_ORDER = [InputKind.PARAMETER, InputKind.BUFFER, InputKind.CONSTANT_TENSOR, InputKind.USER_INPUT]
+_OUTPUT_ORDER = [OutputKind.PARAMETER_MUTATION, OutputKind.BUFFER_MUTATION, OutputKind.USER_INPUT_MUTATION,
+                 OutputKind.USER_OUTPUT]
+_SYMBOLIC_OPS = frozenset({operator.add, operator.sub, operator.mul, operator.floordiv, operator.truediv,
+                           operator.mod, operator.pow, operator.neg, operator.eq, operator.ne, operator.lt,
+                           operator.le, operator.gt, operator.ge, operator.and_, operator.or_,
+                           torch.sym_max, torch.sym_min, torch.sym_not, torch.sym_float, torch.sym_int,
+                           torch.sym_sqrt, torch.sym_ite})
+
+
+def _fail(node: fx.Node | None, rule: str) -> None:
+    where = f"node '{node.name}' ({node.op} {node.target})" if node is not None else "the graph"
+    raise InternalError(f"IR contract violated by {where}: {rule}")
+
+
+def _is_allowed_target(target) -> bool:
+    if target is operator.getitem or target in _SYMBOLIC_OPS:
+        return True
+    if isinstance(target, torch._ops.HigherOrderOperator):
+        return getattr(target, "gp_higher_order", False)
+    return isinstance(target, torch._ops.OpOverload)
+
+
+def verify(ep) -> None:
+    """Check `ep` against the IR contract; raise InternalError on the first violation."""
+    graph = ep.graph
+    sig = ep.graph_signature
+    nodes = list(graph.nodes)
+    placeholders = [n for n in nodes if n.op == "placeholder"]
+    if nodes[:len(placeholders)] != placeholders:
+        _fail(next(n for n in nodes[len(placeholders):] if n.op == "placeholder"), "placeholders must come first")
+    if [n.name for n in placeholders] != [s.arg.name for s in sig.input_specs]:
+        _fail(None, "placeholders must match the signature's inputs one to one, in order")
+    kinds = [_INPUT_ORDER.index(s.kind) for s in sig.input_specs]
+    if kinds != sorted(kinds):
+        _fail(None, "inputs must be ordered parameters, buffers, constants, user inputs")
+    for spec in sig.input_specs:
+        if spec.kind is InputKind.PARAMETER and spec.target not in ep.state_dict:
+            _fail(None, f"parameter {spec.target} has no entry in state_dict")
+        if spec.kind is InputKind.CONSTANT_TENSOR and spec.target not in ep.constants:
+            _fail(None, f"constant {spec.target} has no entry in constants")
+    outputs = [n for n in nodes if n.op == "output"]
+    if len(outputs) != 1 or nodes[-1] is not outputs[0]:
+        _fail(None, "there must be exactly one output node, the last node")
+    out_values = outputs[0].args[0]
+    if len(out_values) != len(sig.output_specs):
+        _fail(outputs[0], "output values must match the signature's outputs one to one")
+    okinds = [_OUTPUT_ORDER.index(s.kind) for s in sig.output_specs]
+    if okinds != sorted(okinds):
+        _fail(outputs[0], "outputs must be ordered state mutations, input mutations, user outputs")
+    for node in nodes:
+        if node.op in ("call_module", "call_method"):
+            _fail(node, f"{node.op} is not allowed: the graph must be flat ATen calls")
+        if node.op == "get_attr":
+            _fail(node, "get_attr is not allowed: state must be lifted to placeholders")
+        if node.op == "placeholder" and "val" not in node.meta:
+            _fail(node, "every placeholder needs meta['val']")
+        if node.op != "call_function":
+            continue
+        if not _is_allowed_target(node.target):
+            _fail(node, "call targets must be ATen/custom operator overloads, getitem, symbolic-size ops or "
+                        "graphport higher-order ops")
+        if isinstance(node.target, torch._ops.OpOverload):
+            info = op_info(node.target)
+            if info.kind in (Kind.INPLACE, Kind.OUT, Kind.MUTATING):
+                _fail(node, "the graph must be functional: no in-place, out= or mutating operators")
+        for key in ("val", "stack_trace", "nn_module_stack"):
+            if key not in node.meta:
+                _fail(node, f"every call needs meta['{key}']")

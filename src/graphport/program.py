@@ -1,0 +1,85 @@
+"""ExportedProgram: the graph, its signature, its state, and the ways to use it."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Iterator
+
+import torch
+import torch.fx as fx
+from torch.utils import _pytree as pytree
+
+from .signature import (ConstantArgument, ExportGraphSignature, InputKind, InputSpec, OutputKind,  # noqa: F401
+                        OutputSpec, TensorArgument)
+
+
+@dataclass
+class ModuleCallSignature:
+    inputs: list = field(default_factory=list)
+    outputs: list = field(default_factory=list)
+    in_spec: pytree.TreeSpec | None = None
+    out_spec: pytree.TreeSpec | None = None
+    forward_arg_names: list[str] | None = None
+
+
+@dataclass
+class ModuleCallEntry:
+    fqn: str
+    signature: ModuleCallSignature | None = None
+
+
+class ExportedProgram:
+    """A captured program: one functional ATen graph plus everything needed to run it."""
+
+    def __init__(self, graph_module: fx.GraphModule, graph_signature: ExportGraphSignature,
+                 state_dict: dict[str, torch.Tensor], range_constraints: dict, module_call_graph: list[ModuleCallEntry],
+                 example_inputs: tuple[tuple, dict] | None = None, constants: dict[str, torch.Tensor] | None = None,
+                 input_paths: list[str] | None = None):
+        self.graph_module = graph_module
+        self.graph_signature = graph_signature
+        self.state_dict = state_dict
+        self.range_constraints = range_constraints
+        self.module_call_graph = module_call_graph
+        self.example_inputs = example_inputs
+        self.constants = constants or {}
+        self.input_paths = input_paths or []
+
+    @property
+    def graph(self) -> fx.Graph:
+        return self.graph_module.graph
+
+    @property
+    def call_spec(self) -> ModuleCallSignature:
+        return self.module_call_graph[0].signature
+
+    def parameters(self) -> Iterator[torch.Tensor]:
+        for _, p in self.named_parameters():
+            yield p
+
+    def named_parameters(self) -> Iterator[tuple[str, torch.Tensor]]:
+        for name in self.graph_signature.parameters:
+            yield name, self.state_dict[name]
+
+    def buffers(self) -> Iterator[torch.Tensor]:
+        for _, b in self.named_buffers():
+            yield b
+
+    def named_buffers(self) -> Iterator[tuple[str, torch.Tensor]]:
+        for name in self.graph_signature.buffers:
+            yield name, self.state_dict[name] if name in self.state_dict else self.constants[name]
+
+    def module(self) -> torch.nn.Module:
+        """An nn.Module that runs the graph and checks each call's inputs against the capture."""
+        from .runtime import ExportedModule
+        return ExportedModule(self)
+
+    def __call__(self, *args, **kwargs):
+        raise RuntimeError("an ExportedProgram is not callable; call ep.module()(*args) instead")
+
+    def __str__(self) -> str:
+        body = self.graph_module.print_readable(print_output=False, colored=False).replace("\n", "\n    ")
+        signature = str(self.graph_signature).replace("\n", "\n    ")
+        return (f"ExportedProgram:\n    {body}\nGraph signature: \n    {signature}\n"
+                f"Range constraints: {self.range_constraints}\n")
+
+    def __repr__(self) -> str:
+        return str(self)

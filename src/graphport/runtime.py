@@ -1,0 +1,128 @@
+"""Running an exported program: an nn.Module that refuses inputs the capture is not valid for.
+
+Calls are checked before anything runs (structure, dtypes, shapes, specialized
+scalars), so a wrong input is an error that names it, never a wrong answer. Buffer and
+input mutations captured as graph outputs are written back, as eager would.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch.utils import _pytree as pytree
+
+from .errors import InputMismatchError
+from .signature import ConstantArgument, InputKind, OutputKind
+
+_SHORT = {torch.float32: "f32", torch.float64: "f64", torch.float16: "f16", torch.bfloat16: "bf16",
+          torch.int64: "i64", torch.int32: "i32", torch.int16: "i16", torch.int8: "i8", torch.uint8: "u8",
+          torch.bool: "b8", torch.complex64: "c64"}
+
+
+def _set_attr(root: torch.nn.Module, fqn: str, value: torch.Tensor, kind: str, persistent: bool = True) -> None:
+    *path, leaf = fqn.split(".")
+    mod = root
+    for part in path:
+        if not hasattr(mod, part):
+            mod.add_module(part, torch.nn.Module())
+        mod = getattr(mod, part)
+    if kind == "parameter":
+        param = value if isinstance(value, torch.nn.Parameter) else torch.nn.Parameter(value, requires_grad=False)
+        mod.register_parameter(leaf, param)
+    elif kind == "buffer":
+        mod.register_buffer(leaf, value, persistent=persistent)
+    else:
+        setattr(mod, leaf, value)
+
+
+def _get_attr(root: torch.nn.Module, fqn: str) -> torch.Tensor:
+    owner, _, leaf = fqn.rpartition(".")
+    return getattr(root.get_submodule(owner), leaf)
+
+
+class ExportedModule(torch.nn.Module):
+    """The module returned by `ExportedProgram.module()`."""
+
+    def __init__(self, ep):
+        super().__init__()
+        self._ep = ep
+        self._graph_module = ep.graph_module
+        sig = ep.graph_signature
+        self._state_kinds: list[tuple[str, str]] = []   # (kind, target) per state placeholder
+        for spec in sig.input_specs:
+            if spec.kind is InputKind.PARAMETER:
+                _set_attr(self, spec.target, ep.state_dict[spec.target], "parameter")
+                self._state_kinds.append(("parameter", spec.target))
+            elif spec.kind is InputKind.BUFFER:
+                value = ep.state_dict.get(spec.target, ep.constants.get(spec.target))
+                _set_attr(self, spec.target, value, "buffer", spec.persistent is not False)
+                self._state_kinds.append(("buffer", spec.target))
+            elif spec.kind is InputKind.CONSTANT_TENSOR:
+                _set_attr(self, spec.target, ep.constants[spec.target], "constant")
+                self._state_kinds.append(("constant", spec.target))
+        self._user_inputs = [s for s in sig.input_specs if s.kind is InputKind.USER_INPUT]
+        self._placeholder_vals = {n.name: n.meta.get("val") for n in ep.graph.nodes if n.op == "placeholder"}
+        self._mutations = [(s.kind, s.target) for s in sig.output_specs if s.kind is not OutputKind.USER_OUTPUT]
+        call = ep.call_spec
+        self._in_spec, self._out_spec = call.in_spec, call.out_spec
+        self._paths = ep.input_paths
+
+    def _state_values(self) -> list[torch.Tensor]:
+        return [_get_attr(self, target) for _, target in self._state_kinds]
+
+    def forward(self, *args, **kwargs):
+        leaves = self._check_inputs(args, kwargs)
+        state = self._state_values()
+        outputs = self._graph_module(*state, *leaves)
+        n_mut = len(self._mutations)
+        user_inputs_by_name = {s.arg.name: leaf for s, leaf in zip(self._user_inputs, leaves)}
+        with torch.no_grad():
+            for (kind, target), value in zip(self._mutations, outputs[:n_mut]):
+                if kind is OutputKind.USER_INPUT_MUTATION:
+                    user_inputs_by_name[target].copy_(value)
+                else:
+                    _get_attr(self, target).copy_(value)
+        return pytree.tree_unflatten(list(outputs[n_mut:]), self._out_spec)
+
+    def _check_inputs(self, args: tuple, kwargs: dict) -> list[Any]:
+        flat, spec = pytree.tree_flatten((args, kwargs))
+        if spec != self._in_spec:
+            raise InputMismatchError(
+                f"the inputs' structure differs from the one the program was exported with:\n"
+                f"  expected {_tree_summary(self._in_spec)}\n  got      {_tree_summary(spec)}",
+                fix="call the module with the same arguments, keywords and container layout as at export")
+        for i, (leaf, spec_) in enumerate(zip(flat, self._user_inputs)):
+            path = self._paths[i] if i < len(self._paths) else spec_.arg.name
+            expected = self._placeholder_vals[spec_.arg.name]
+            if isinstance(spec_.arg, ConstantArgument):
+                if type(leaf) is not type(expected) or leaf != expected:
+                    raise InputMismatchError(
+                        f"input {path} is {leaf!r}, but the program was exported with {path} = {expected!r}; "
+                        "Python values are baked into the graph",
+                        fix=f"call with {path} = {expected!r}, or export again with the value you need")
+                continue
+            if not isinstance(leaf, torch.Tensor):
+                raise InputMismatchError(f"input {path} is a {type(leaf).__qualname__}, expected a tensor "
+                                         f"{_SHORT.get(expected.dtype, expected.dtype)}{list(expected.shape)}",
+                                         fix=f"pass a tensor for {path}")
+            if leaf.dtype != expected.dtype:
+                raise InputMismatchError(
+                    f"input {path} has dtype {leaf.dtype}, but the program was exported for {expected.dtype}",
+                    fix=f"convert it first: {path}.to({expected.dtype})")
+            if leaf.dim() != expected.dim():
+                raise InputMismatchError(
+                    f"input {path} has {leaf.dim()} dimensions {list(leaf.shape)}, expected {expected.dim()} "
+                    f"{list(expected.shape)}", fix=f"reshape {path} to {list(expected.shape)}")
+            for d, (got, want) in enumerate(zip(leaf.shape, expected.shape)):
+                if isinstance(want, int) and got != want:
+                    raise InputMismatchError(
+                        f"input {path} has size {got} at dimension {d}, but the program was exported for size "
+                        f"{want} there (shape {list(expected.shape)}); that dimension is static",
+                        fix=f"pass {path} with shape {list(expected.shape)}, or export with dynamic_shapes "
+                            f"marking dimension {d} of {path} as a graphport.Dim")
+        return flat
+
+
+def _tree_summary(spec: pytree.TreeSpec) -> str:
+    text = str(spec).replace("\n", "")
+    return " ".join(text.split())

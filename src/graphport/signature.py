@@ -1,0 +1,134 @@
+"""The graph signature: what each placeholder and each output of the graph means.
+
+Same classes, fields and printed layout as torch.export's graph signature, so code
+written against torch.export reads ours unchanged.
+"""
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass(frozen=True)
+class TensorArgument:
+    name: str
+
+
+@dataclass(frozen=True)
+class SymIntArgument:
+    name: str
+
+
+@dataclass(frozen=True)
+class ConstantArgument:
+    name: str
+    value: Any
+
+
+ArgumentSpec = TensorArgument | SymIntArgument | ConstantArgument
+
+
+class InputKind(enum.Enum):
+    USER_INPUT = enum.auto()
+    PARAMETER = enum.auto()
+    BUFFER = enum.auto()
+    CONSTANT_TENSOR = enum.auto()
+
+
+class OutputKind(enum.Enum):
+    USER_OUTPUT = enum.auto()
+    BUFFER_MUTATION = enum.auto()
+    PARAMETER_MUTATION = enum.auto()
+    USER_INPUT_MUTATION = enum.auto()
+
+
+@dataclass
+class InputSpec:
+    kind: InputKind
+    arg: ArgumentSpec
+    target: str | None = None
+    persistent: bool | None = None
+
+    def __str__(self) -> str:
+        text = f"{self.arg.name}: {self.kind.name}"
+        if self.target is not None:
+            text += f" target='{self.target}'"
+        if self.persistent is not None:
+            text += f" persistent={self.persistent}"
+        return text
+
+
+@dataclass
+class OutputSpec:
+    kind: OutputKind
+    arg: ArgumentSpec
+    target: str | None = None
+
+    def __str__(self) -> str:
+        name = self.arg.name if not isinstance(self.arg, ConstantArgument) else ""
+        text = f"{name}: {self.kind.name}"
+        return text + (f" target='{self.target}'" if self.target is not None else "")
+
+
+@dataclass
+class ExportGraphSignature:
+    input_specs: list[InputSpec] = field(default_factory=list)
+    output_specs: list[OutputSpec] = field(default_factory=list)
+
+    def _inputs(self, kind: InputKind) -> list[InputSpec]:
+        return [s for s in self.input_specs if s.kind is kind]
+
+    @property
+    def parameters(self) -> list[str]:
+        return [s.target for s in self._inputs(InputKind.PARAMETER)]
+
+    @property
+    def buffers(self) -> list[str]:
+        return [s.target for s in self._inputs(InputKind.BUFFER)]
+
+    @property
+    def non_persistent_buffers(self) -> list[str]:
+        return [s.target for s in self._inputs(InputKind.BUFFER) if s.persistent is False]
+
+    @property
+    def lifted_tensor_constants(self) -> list[str]:
+        return [s.target for s in self._inputs(InputKind.CONSTANT_TENSOR)]
+
+    @property
+    def user_inputs(self) -> list[Any]:
+        return [s.arg.value if isinstance(s.arg, ConstantArgument) else s.arg.name
+                for s in self._inputs(InputKind.USER_INPUT)]
+
+    @property
+    def user_outputs(self) -> list[Any]:
+        return [s.arg.value if isinstance(s.arg, ConstantArgument) else s.arg.name
+                for s in self.output_specs if s.kind is OutputKind.USER_OUTPUT]
+
+    @property
+    def inputs_to_parameters(self) -> dict[str, str]:
+        return {s.arg.name: s.target for s in self._inputs(InputKind.PARAMETER)}
+
+    @property
+    def inputs_to_buffers(self) -> dict[str, str]:
+        return {s.arg.name: s.target for s in self._inputs(InputKind.BUFFER)}
+
+    @property
+    def inputs_to_lifted_tensor_constants(self) -> dict[str, str]:
+        return {s.arg.name: s.target for s in self._inputs(InputKind.CONSTANT_TENSOR)}
+
+    @property
+    def buffers_to_mutate(self) -> dict[str, str]:
+        return {s.arg.name: s.target for s in self.output_specs if s.kind is OutputKind.BUFFER_MUTATION}
+
+    @property
+    def parameters_to_mutate(self) -> dict[str, str]:
+        return {s.arg.name: s.target for s in self.output_specs if s.kind is OutputKind.PARAMETER_MUTATION}
+
+    @property
+    def user_inputs_to_mutate(self) -> dict[str, str]:
+        return {s.arg.name: s.target for s in self.output_specs if s.kind is OutputKind.USER_INPUT_MUTATION}
+
+    def __str__(self) -> str:
+        lines = ["# inputs", *map(str, self.input_specs), "", "# outputs", *map(str, self.output_specs)]
+        return "\n".join(lines)
