@@ -1,0 +1,372 @@
+"""The model zoo: real architectures, built from configs with random weights.
+
+Why configs and not checkpoints: no downloads are allowed, and export cost depends on the
+architecture's code paths, not on trained values. Configs are small (hidden 64, 2 layers,
+64x64 images) so every model exports in seconds on two CPU cores; `llama_7b_meta` keeps a
+full-size LLaMA-7B on the meta device to measure export cost at real scale without memory.
+
+Each model gives example inputs at batch 2, a second input set at another shape inside its
+dynamic ranges, and a dynamic-shape spec written against a Dim factory, so the same spec
+builds torch.export Dims or graphport Dims.
+"""
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import torch
+from torch import nn
+
+Inputs = tuple[tuple[Any, ...], dict[str, Any]]
+DimMaker = Callable[..., Any]
+
+HIDDEN, LAYERS, HEADS, FFN, VOCAB, IMAGE = 64, 2, 4, 128, 1000, 64
+
+
+@dataclass
+class Built:
+    """An instantiated model with its inputs and dynamic-shape spec."""
+
+    module: nn.Module
+    make_inputs: Callable[..., Inputs]          # sizes (batch=, seq=, ...) -> (args, kwargs)
+    sizes: dict[str, int]                        # example sizes (batch 2)
+    other_sizes: dict[str, int]                  # another point inside the dynamic ranges
+    dynamic_shapes: Callable[[DimMaker], Any]   # Dim factory -> dynamic_shapes spec
+
+    def example_inputs(self) -> Inputs:
+        return self.make_inputs(**self.sizes)
+
+    def other_inputs(self) -> Inputs:
+        return self.make_inputs(**self.other_sizes)
+
+
+@dataclass(frozen=True)
+class ZooModel:
+    name: str
+    family: str
+    build: Callable[[], Built]
+    meta: bool = False   # built on the meta device: export only, never run
+
+
+def _seeded(build: Callable[[], Built]) -> Callable[[], Built]:
+    """Fixed seed, eval mode: the same random weights and inputs in every process."""
+
+    def wrapped() -> Built:
+        torch.manual_seed(0)
+        built = build()
+        built.module.eval()
+        return built
+
+    wrapped.__name__ = build.__name__
+    return wrapped
+
+
+def _ids(batch: int, seq: int, vocab: int = VOCAB) -> torch.Tensor:
+    return torch.randint(0, vocab, (batch, seq))
+
+
+def _text(model: nn.Module, with_mask: bool = True, max_seq: int = 128) -> Built:
+    """A token model taking input_ids (+ attention_mask), dynamic in batch and sequence."""
+
+    def make(batch: int, seq: int) -> Inputs:
+        kwargs = {"input_ids": _ids(batch, seq)}
+        if with_mask:
+            kwargs["attention_mask"] = torch.ones(batch, seq, dtype=torch.long)
+        return (), kwargs
+
+    def spec(dim: DimMaker) -> Any:
+        axes = {0: dim("batch", min=1, max=64), 1: dim("seq", min=2, max=max_seq)}
+        return {"input_ids": axes, **({"attention_mask": axes} if with_mask else {})}
+
+    return Built(model, make, {"batch": 2, "seq": 16}, {"batch": 3, "seq": 24}, spec)
+
+
+def _images(model: nn.Module, channels: int = 3, dynamic_size: bool = False, arg: str = "pixel_values",
+            size: int = IMAGE, other_size: int = 96, max_size: int = 256, size_multiple: int = 1) -> Built:
+    """An image model, dynamic in batch and, where the architecture allows, image size
+    (a multiple of `size_multiple` when the architecture needs exact downsampling)."""
+
+    def make(batch: int, size: int) -> Inputs:
+        return (), {arg: torch.randn(batch, channels, size, size)}
+
+    def spec(dim: DimMaker) -> Any:
+        axes = {0: dim("batch", min=1, max=64)}
+        if dynamic_size:
+            if size_multiple > 1:
+                side = size_multiple * dim("size_blocks", min=64 // size_multiple, max=max_size // size_multiple)
+            else:
+                side = dim("size", min=64, max=max_size)  # below 64 the stride-32 stages collapse to 1x1
+            axes.update({2: side, 3: side})
+        return {arg: axes}
+
+    other = {"batch": 3, "size": other_size if dynamic_size else size}
+    return Built(model, make, {"batch": 2, "size": size}, other, spec)
+
+
+def _llama_config(**overrides: Any) -> Any:
+    from transformers import LlamaConfig
+    small = dict(vocab_size=VOCAB, hidden_size=HIDDEN, intermediate_size=FFN, num_hidden_layers=LAYERS,
+                 num_attention_heads=HEADS, num_key_value_heads=2, max_position_embeddings=256, use_cache=False)
+    return LlamaConfig(**{**small, **overrides})
+
+
+@_seeded
+def bert() -> Built:
+    from transformers import BertConfig, BertModel
+    cfg = BertConfig(vocab_size=VOCAB, hidden_size=HIDDEN, num_hidden_layers=LAYERS, num_attention_heads=HEADS,
+                     intermediate_size=FFN, max_position_embeddings=128)
+    return _text(BertModel(cfg))
+
+
+@_seeded
+def distilbert() -> Built:
+    from transformers import DistilBertConfig, DistilBertModel
+    cfg = DistilBertConfig(vocab_size=VOCAB, dim=HIDDEN, n_layers=LAYERS, n_heads=HEADS, hidden_dim=FFN,
+                           max_position_embeddings=128)
+    return _text(DistilBertModel(cfg))
+
+
+@_seeded
+def gpt2() -> Built:
+    from transformers import GPT2Config, GPT2LMHeadModel
+    cfg = GPT2Config(vocab_size=VOCAB, n_embd=HIDDEN, n_layer=LAYERS, n_head=HEADS, n_positions=128,
+                     use_cache=False)
+    return _text(GPT2LMHeadModel(cfg))
+
+
+@_seeded
+def llama() -> Built:
+    from transformers import LlamaForCausalLM
+    return _text(LlamaForCausalLM(_llama_config()))
+
+
+@_seeded
+def mistral() -> Built:
+    from transformers import MistralConfig, MistralForCausalLM
+    cfg = MistralConfig(vocab_size=VOCAB, hidden_size=HIDDEN, intermediate_size=FFN, num_hidden_layers=LAYERS,
+                        num_attention_heads=HEADS, num_key_value_heads=2, max_position_embeddings=256,
+                        sliding_window=None, use_cache=False)
+    return _text(MistralForCausalLM(cfg))
+
+
+@_seeded
+def qwen2() -> Built:
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+    cfg = Qwen2Config(vocab_size=VOCAB, hidden_size=HIDDEN, intermediate_size=FFN, num_hidden_layers=LAYERS,
+                      num_attention_heads=HEADS, num_key_value_heads=2, max_position_embeddings=256,
+                      use_cache=False)
+    return _text(Qwen2ForCausalLM(cfg))
+
+
+@_seeded
+def t5() -> Built:
+    """Encoder-decoder forward: encoder tokens and decoder tokens, each with its own length."""
+    from transformers import T5Config, T5Model
+    cfg = T5Config(vocab_size=VOCAB, d_model=HIDDEN, d_kv=16, d_ff=FFN, num_layers=LAYERS, num_decoder_layers=LAYERS,
+                   num_heads=HEADS, use_cache=False)
+
+    def make(batch: int, seq: int, dec: int) -> Inputs:
+        return (), {"input_ids": _ids(batch, seq), "decoder_input_ids": _ids(batch, dec)}
+
+    def spec(dim: DimMaker) -> Any:
+        b = dim("batch", min=1, max=64)
+        return {"input_ids": {0: b, 1: dim("seq", min=2, max=128)},
+                "decoder_input_ids": {0: b, 1: dim("dec_seq", min=2, max=128)}}
+
+    return Built(T5Model(cfg), make, {"batch": 2, "seq": 16, "dec": 8}, {"batch": 3, "seq": 20, "dec": 5}, spec)
+
+
+@_seeded
+def vit() -> Built:
+    from transformers import ViTConfig, ViTModel
+    cfg = ViTConfig(hidden_size=HIDDEN, num_hidden_layers=LAYERS, num_attention_heads=HEADS, intermediate_size=FFN,
+                    image_size=IMAGE, patch_size=16)
+    return _images(ViTModel(cfg, add_pooling_layer=False))
+
+
+@_seeded
+def whisper_encoder() -> Built:
+    """The encoder checks the mel length against its positions, so only batch is dynamic."""
+    from transformers import WhisperConfig
+    from transformers.models.whisper.modeling_whisper import WhisperEncoder
+    cfg = WhisperConfig(vocab_size=VOCAB, d_model=HIDDEN, encoder_layers=LAYERS, encoder_attention_heads=HEADS,
+                        encoder_ffn_dim=FFN, decoder_layers=LAYERS, decoder_attention_heads=HEADS,
+                        decoder_ffn_dim=FFN, num_mel_bins=16, max_source_positions=50)
+
+    def make(batch: int) -> Inputs:
+        return (torch.randn(batch, cfg.num_mel_bins, 2 * cfg.max_source_positions),), {}
+
+    def spec(dim: DimMaker) -> Any:
+        return ({0: dim("batch", min=1, max=64)},)
+
+    return Built(WhisperEncoder(cfg), make, {"batch": 2}, {"batch": 3}, spec)
+
+
+@_seeded
+def wav2vec2() -> Built:
+    from transformers import Wav2Vec2Config, Wav2Vec2Model
+    cfg = Wav2Vec2Config(hidden_size=HIDDEN, num_hidden_layers=LAYERS, num_attention_heads=HEADS,
+                         intermediate_size=FFN, conv_dim=(32, 32, 32), conv_stride=(5, 2, 2), conv_kernel=(10, 3, 3),
+                         num_conv_pos_embeddings=16, num_conv_pos_embedding_groups=4, mask_time_prob=0.0)
+
+    def make(batch: int, samples: int) -> Inputs:
+        return (torch.randn(batch, samples),), {}
+
+    def spec(dim: DimMaker) -> Any:
+        # The conv feature extractor has total stride 20: samples = 20 * frames.
+        return ({0: dim("batch", min=1, max=64), 1: 20 * dim("frames", min=20, max=800)},)
+
+    return Built(Wav2Vec2Model(cfg), make, {"batch": 2, "samples": 1600}, {"batch": 3, "samples": 2000}, spec)
+
+
+@_seeded
+def clip_vision() -> Built:
+    from transformers import CLIPVisionConfig, CLIPVisionModel
+    cfg = CLIPVisionConfig(hidden_size=HIDDEN, intermediate_size=FFN, num_hidden_layers=LAYERS,
+                           num_attention_heads=HEADS, image_size=IMAGE, patch_size=16)
+    return _images(CLIPVisionModel(cfg))
+
+
+@_seeded
+def clip_text() -> Built:
+    from transformers import CLIPTextConfig, CLIPTextModel
+    cfg = CLIPTextConfig(vocab_size=VOCAB, hidden_size=HIDDEN, intermediate_size=FFN, num_hidden_layers=LAYERS,
+                         num_attention_heads=HEADS, max_position_embeddings=77)
+    return _text(CLIPTextModel(cfg), max_seq=77)
+
+
+@_seeded
+def resnet50() -> Built:
+    """ResNet-50 topology (bottleneck blocks, depths 3-4-6-3) at reduced widths."""
+    from transformers import ResNetConfig, ResNetModel
+    cfg = ResNetConfig(embedding_size=16, hidden_sizes=[32, 64, 128, 256], depths=[3, 4, 6, 3],
+                       layer_type="bottleneck")
+    return _images(ResNetModel(cfg), dynamic_size=True)
+
+
+@_seeded
+def convnext() -> Built:
+    from transformers import ConvNextConfig, ConvNextModel
+    cfg = ConvNextConfig(hidden_sizes=[16, 32, 64, 128], depths=[1, 1, 2, 1])
+    return _images(ConvNextModel(cfg), dynamic_size=True, size_multiple=32)
+
+
+@_seeded
+def mobilenet_v2() -> Built:
+    from transformers import MobileNetV2Config, MobileNetV2Model
+    cfg = MobileNetV2Config(depth_multiplier=0.35, image_size=IMAGE)
+    return _images(MobileNetV2Model(cfg))  # "same" padding bakes in config.image_size
+
+
+@_seeded
+def efficientnet() -> Built:
+    from transformers import EfficientNetConfig, EfficientNetModel
+    cfg = EfficientNetConfig(width_coefficient=0.25, depth_coefficient=0.25, image_size=IMAGE, hidden_dim=320)
+    return _images(EfficientNetModel(cfg), dynamic_size=True)
+
+
+@_seeded
+def swin() -> Built:
+    from transformers import SwinConfig, SwinModel
+    cfg = SwinConfig(image_size=IMAGE, patch_size=4, embed_dim=32, depths=[1, 1], num_heads=[2, 4], window_size=4)
+    return _images(SwinModel(cfg))
+
+
+class SequenceClassifier(nn.Module):
+    """Embedding, a 2-layer recurrent core, and a linear head on the last step."""
+
+    def __init__(self, cell: type[nn.RNNBase]):
+        super().__init__()
+        self.embed = nn.Embedding(VOCAB, HIDDEN)
+        self.rnn = cell(HIDDEN, HIDDEN, num_layers=LAYERS, batch_first=True)
+        self.head = nn.Linear(HIDDEN, 10)
+
+    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+        out, _ = self.rnn(self.embed(tokens))
+        return self.head(out[:, -1])
+
+
+def _recurrent(cell: type[nn.RNNBase]) -> Built:
+    """Batch is dynamic; sequence length is not, because torch.export specializes it for
+    aten.lstm/aten.gru, and a spec torch rejects would leave nothing to compare against."""
+
+    def make(batch: int, seq: int) -> Inputs:
+        return (_ids(batch, seq),), {}
+
+    def spec(dim: DimMaker) -> Any:
+        return ({0: dim("batch", min=1, max=64)},)
+
+    return Built(SequenceClassifier(cell), make, {"batch": 2, "seq": 16}, {"batch": 3, "seq": 16}, spec)
+
+
+@_seeded
+def lstm() -> Built:
+    return _recurrent(nn.LSTM)
+
+
+@_seeded
+def gru() -> Built:
+    return _recurrent(nn.GRU)
+
+
+@_seeded
+def mlp() -> Built:
+    model = nn.Sequential(nn.Linear(32, 128), nn.GELU(), nn.LayerNorm(128), nn.Linear(128, 128), nn.ReLU(),
+                          nn.Dropout(0.1), nn.Linear(128, 10))
+
+    def make(batch: int) -> Inputs:
+        return (torch.randn(batch, 32),), {}
+
+    return Built(model, make, {"batch": 2}, {"batch": 5}, lambda dim: ({0: dim("batch", min=1, max=1024)},))
+
+
+@_seeded
+def llama_7b_meta() -> Built:
+    """Full LLaMA-7B dimensions on the meta device: export cost at real scale, no memory, no run."""
+    from transformers import LlamaForCausalLM
+    cfg = _llama_config(vocab_size=32000, hidden_size=4096, intermediate_size=11008, num_hidden_layers=32,
+                        num_attention_heads=32, num_key_value_heads=32, max_position_embeddings=4096)
+    with torch.device("meta"):
+        model = LlamaForCausalLM(cfg)
+    built = _text(model, max_seq=4096)
+    make = built.make_inputs
+    built.make_inputs = lambda **sizes: _to_meta(make(**sizes))
+    return built
+
+
+def _to_meta(inputs: Inputs) -> Inputs:
+    return tuple(a.to("meta") for a in inputs[0]), {k: v.to("meta") for k, v in inputs[1].items()}
+
+
+MODELS: dict[str, ZooModel] = {m.name: m for m in [
+    ZooModel("bert", "text", bert),
+    ZooModel("distilbert", "text", distilbert),
+    ZooModel("gpt2", "text", gpt2),
+    ZooModel("llama", "text", llama),
+    ZooModel("mistral", "text", mistral),
+    ZooModel("qwen2", "text", qwen2),
+    ZooModel("t5", "text", t5),
+    ZooModel("clip_text", "text", clip_text),
+    ZooModel("vit", "vision", vit),
+    ZooModel("clip_vision", "vision", clip_vision),
+    ZooModel("swin", "vision", swin),
+    ZooModel("resnet50", "vision", resnet50),
+    ZooModel("convnext", "vision", convnext),
+    ZooModel("mobilenet_v2", "vision", mobilenet_v2),
+    ZooModel("efficientnet", "vision", efficientnet),
+    ZooModel("whisper_encoder", "audio", whisper_encoder),
+    ZooModel("wav2vec2", "audio", wav2vec2),
+    ZooModel("lstm", "recurrent", lstm),
+    ZooModel("gru", "recurrent", gru),
+    ZooModel("mlp", "mlp", mlp),
+    ZooModel("llama_7b_meta", "text (meta)", llama_7b_meta, meta=True),
+]}
+
+# The fast slice the test suite runs on every commit (correctness only).
+CI_SUBSET = ("mlp", "lstm", "bert")
+
+
+def meta_copy(module: nn.Module, inputs: Inputs) -> tuple[nn.Module, Inputs]:
+    """The model and inputs on the meta device, for the plain meta-tensor forward baseline."""
+    return copy.deepcopy(module).to("meta"), _to_meta(inputs)
