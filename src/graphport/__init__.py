@@ -8,6 +8,7 @@ from .errors import (
     GraphportError,
     InputMismatchError,
     InternalError,
+    OperatorError,
     UnsupportedFeatureError,
     UnsupportedInputError,
     UnsupportedOperatorError,
@@ -23,6 +24,6 @@ __all__ = [
     "export", "ExportedProgram", "ExportGraphSignature", "InputKind", "InputSpec", "OutputKind",
     "OutputSpec", "ModuleCallEntry", "ModuleCallSignature", "register_dataclass", "verify",
     "GraphportError", "UserError", "DataDependentError", "UnsupportedOperatorError",
-    "UnsupportedInputError", "InputMismatchError", "UnsupportedFeatureError",
+    "UnsupportedInputError", "InputMismatchError", "OperatorError", "UnsupportedFeatureError",
     "ConstraintViolationError", "InternalError",
 ]

@@ -35,6 +35,10 @@ class UnsupportedOperatorError(UserError):
     """An operator that cannot run on meta tensors, so its output shape is unknown."""
 
 
+class OperatorError(UserError):
+    """An operator rejected its arguments during capture, as it would in eager mode."""
+
+
 class UnsupportedInputError(UserError):
     """An input (or output) of a type graphport cannot flatten into tensors and constants."""
 

@@ -65,15 +65,27 @@ def innermost_user_location() -> SourceLocation | None:
     return None
 
 
+_TORCH_NN = os.path.join(os.path.dirname(torch.__file__), "nn") + os.sep
+
+
 def user_stack(stop_at: FrameType | None = None) -> tuple[SourceLocation, ...]:
-    """User locations from `stop_at` (the capture's entry frame, exclusive) inwards."""
+    """User locations from `stop_at` (the capture's entry frame, exclusive) inwards.
+
+    When the captured program is torch's own code (exporting `nn.Linear` itself), the
+    innermost torch.nn frame stands in, so every node still points at a source line.
+    """
     locations = []
+    fallback = None
     frame = sys._getframe(1)
     while frame is not None and frame is not stop_at:
         filename = frame.f_code.co_filename
         if not _is_internal(filename):
             locations.append(SourceLocation(filename, frame.f_lineno, frame.f_code.co_name))
+        elif fallback is None and filename.startswith(_TORCH_NN):
+            fallback = SourceLocation(filename, frame.f_lineno, frame.f_code.co_name)
         frame = frame.f_back
+    if not locations and fallback is not None:
+        return (fallback,)
     locations.reverse()
     return tuple(locations)
 

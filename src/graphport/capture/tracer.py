@@ -21,7 +21,7 @@ import torch.fx as fx
 from torch.utils import _pytree as pytree
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from ..errors import DataDependentError, UnsupportedFeatureError, UnsupportedOperatorError
+from ..errors import DataDependentError, OperatorError, UnsupportedFeatureError, UnsupportedOperatorError
 from ..source import user_stack
 from .op_kinds import Kind, op_info
 from .views import ViewStep, replay, scatter_back
@@ -109,6 +109,7 @@ _DATA_DEPENDENT_SHAPE = {
 }
 # Ops that read a value into Python.
 _DATA_READS = {
+    aten.item.default: "reads a tensor's value into Python with .item()",
     aten._local_scalar_dense.default: "reads a tensor's value into Python (.item(), int(t), float(t) or an `if` on a tensor)",
     aten.is_nonzero.default: "uses a tensor as a Python bool (an `if`, `while`, `and`/`or` or bool(t) on a tensor)",
     aten.equal.default: "compares tensors with torch.equal, which returns a Python bool",
@@ -305,12 +306,20 @@ class CaptureMode(TorchDispatchMode):
         meta_args, meta_kwargs = pytree.tree_map(self._meta, (args, kwargs))
         try:
             return func(*meta_args, **meta_kwargs)
-        except NotImplementedError as e:
-            raise _no_meta_kernel(func, e) from None
-        except RuntimeError as e:
-            if "meta" in str(e).lower() and ("not implemented" in str(e).lower() or "could not run" in str(e).lower()):
+        except (NotImplementedError, RuntimeError) as e:
+            text = str(e).lower()
+            if "nonzero" in text or "data-dependent" in text or "data dependent" in text:
+                raise DataDependentError(
+                    f"the program calls {func.name()} in a way whose output shape depends on tensor values "
+                    "(boolean-mask indexing such as x[x > 0] does this)",
+                    fix="keep shapes static: use torch.where(mask, x, other) or multiply by the mask instead of "
+                        "selecting elements") from None
+            if isinstance(e, NotImplementedError) or "fake impl" in text or (
+                    "meta" in text and ("not implemented" in text or "could not run" in text)):
                 raise _no_meta_kernel(func, e) from None
-            raise
+            raise OperatorError(
+                f"{func.name()} failed on the example inputs: {str(e).splitlines()[0][:500]}",
+                fix="this call fails the same way in eager PyTorch; check the shapes and dtypes reaching it") from e
 
     # -- recording ------------------------------------------------------------------------
 
@@ -408,12 +417,12 @@ def _unbind(schema, bound: dict[str, Any]) -> tuple[tuple, dict]:
 
 
 def _no_meta_kernel(func, error: Exception) -> UnsupportedOperatorError:
-    name = func.name()
+    name = func.name().split(".")[0]
     return UnsupportedOperatorError(
         f"the operator {name} has no meta (fake) kernel, so graphport cannot compute its output shape "
         f"without running it ({str(error).splitlines()[0][:200]})",
         fix=f'register a shape function for it:\n'
-            f'    @torch.library.register_fake("{name.split(".")[0]}")\n'
+            f'    @torch.library.register_fake("{name}")\n'
             f'    def _(x, ...):\n'
             f'        return torch.empty_like(x)  # a tensor with the output\'s shape and dtype')
 
