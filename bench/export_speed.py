@@ -1,0 +1,139 @@
+"""Export speed: graphport against torch.export and against a plain meta-tensor forward.
+
+The meta forward runs the model's Python code on shape-only tensors: the cheapest trace any
+exporter could do. Targets (medians over models): graphport <= 0.2x torch.export's time
+and <= 3x the meta forward. Each model runs in its own process; inside it the three
+measurements alternate round by round so machine drift hits all three alike.
+
+    .venv/bin/python bench/export_speed.py [--models bert,gpt2] [--repeats 5]
+
+Writes the "export-speed" section of bench/RESULTS.md and bench/export_speed.csv.
+"""
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run as a script from anywhere
+
+import torch  # noqa: E402
+
+from bench import harness  # noqa: E402
+from bench.harness import OK, fmt, median  # noqa: E402
+
+MODELS = ("mlp", "lstm", "bert", "gpt2", "llama", "t5", "vit", "resnet50")
+CSV_PATH = harness.REPO_ROOT / "bench" / "export_speed.csv"
+TARGET_VS_TORCH, TARGET_VS_META = 0.2, 3.0
+COLUMNS = ["model", "process", "gp_s", "torch_s", "meta_s", "gp_over_torch", "gp_over_meta", "error"]
+
+
+def measure_model(name: str, repeats: int) -> dict[str, Any]:
+    from bench import measure, zoo
+
+    built = zoo.MODELS[name].build()
+    measure.warm_up_exporters()
+    export, import_err = measure.graphport_exporter()
+    meta_module, (meta_args, meta_kwargs) = zoo.meta_copy(built.module, built.example_inputs())
+    row: dict[str, Any] = {"model": name, "error": ""}
+    times: dict[str, list[float]] = {"gp": [], "torch": [], "meta": []}
+    steps = {
+        "gp": lambda a, k: export(built.module, a, k),
+        "torch": lambda a, k: measure.torch_exporter(built.module, a, k),
+        "meta": lambda a, k: measure.meta_forward_seconds(built, repeats=1),
+    }
+    if export is None:
+        row["error"] = f"graphport: {import_err}"
+        del steps["gp"]
+    for _ in range(repeats + 1):  # the first round is a warm-up of this model's code paths
+        for key, step in list(steps.items()):
+            args, kwargs = built.example_inputs()
+            t0 = time.perf_counter()
+            try:
+                if key == "meta":
+                    seconds, error = step(args, kwargs)
+                    if error:
+                        raise RuntimeError(error)
+                else:
+                    step(args, kwargs)
+                    seconds = time.perf_counter() - t0
+            except Exception as exc:
+                row["error"] += f"{key}: {type(exc).__name__}: {harness.first_line(str(exc))}; "
+                del steps[key]
+                continue
+            times[key].append(seconds)
+    del meta_module, meta_args, meta_kwargs
+    for key, values in times.items():
+        row[f"{key}_s"] = statistics.median(values[1:]) if len(values) > 1 else None
+    row["gp_over_torch"] = row["gp_s"] / row["torch_s"] if row["gp_s"] and row["torch_s"] else None
+    row["gp_over_meta"] = row["gp_s"] / row["meta_s"] if row["gp_s"] and row["meta_s"] else None
+    return row
+
+
+def render(rows: list[dict[str, Any]], repeats: int) -> str:
+    lines = ["| model | graphport s | torch.export s | meta forward s | graphport / torch.export | "
+             "graphport / meta forward | notes |", "|---|---|---|---|---|---|---|"]
+    for r in rows:
+        note = r.get("error") or ("" if r["process"] == OK else f"worker {r['process']}")
+        lines.append(f"| {r['model']} | {fmt(r.get('gp_s'))} | {fmt(r.get('torch_s'))} | {fmt(r.get('meta_s'))} | "
+                     f"{fmt(r.get('gp_over_torch'))} | {fmt(r.get('gp_over_meta'))} | {note.replace('|', '/')} |")
+    vs_torch = median([r.get("gp_over_torch") for r in rows])
+    vs_meta = median([r.get("gp_over_meta") for r in rows])
+
+    def verdict(value: float | None, target: float) -> str:
+        return "no data" if value is None else ("meets" if value <= target else "misses")
+
+    measured = sum(r.get("gp_over_torch") is not None for r in rows)
+    summary = (f"- median graphport / torch.export: **{fmt(vs_torch)}** over {measured}/{len(rows)} models "
+               f"(target <= {TARGET_VS_TORCH}: {verdict(vs_torch, TARGET_VS_TORCH)})\n"
+               f"- median graphport / meta forward: **{fmt(vs_meta)}** "
+               f"(target <= {TARGET_VS_META}: {verdict(vs_meta, TARGET_VS_META)})")
+    return "\n\n".join([
+        "## Export speed",
+        harness.stamp() + "  \nCSV: `bench/export_speed.csv`",
+        f"Each figure is the median of {repeats} static exports (or meta forwards) after one warm-up round, "
+        "alternating the three measurements, one process per model.",
+        "\n".join(lines),
+        "Summary:\n\n" + summary,
+    ])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--models", default=",".join(MODELS), help="comma-separated zoo model names")
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--timeout", type=float, default=300.0, help="per-model time limit, seconds")
+    parser.add_argument("--worker", nargs=2, metavar=("MODEL", "OUT_JSON"), help=argparse.SUPPRESS)
+    opts = parser.parse_args()
+    torch.set_num_threads(1)  # stable timings on a shared 2-core machine
+    if opts.worker:
+        name, out = opts.worker
+        Path(out).write_text(json.dumps(measure_model(name, opts.repeats)))
+        return
+    from tqdm import tqdm
+
+    rows = []
+    out = harness.REPO_ROOT / "bench" / "out" / "export_speed_worker.json"
+    out.parent.mkdir(exist_ok=True)
+    bar = tqdm(opts.models.split(","), unit="model", file=sys.stderr)
+    for name in bar:
+        bar.set_description(f"export speed: {name}")
+        argv = [sys.executable, __file__, "--repeats", str(opts.repeats), "--worker", name, str(out)]
+        row = harness.run_isolated(argv, opts.timeout)
+        row.setdefault("model", name)
+        rows.append(row)
+    with CSV_PATH.open("w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=COLUMNS, extrasaction="ignore")
+        writer.writeheader()
+        writer.writerows(rows)
+    harness.write_section(harness.RESULTS_MD, "export-speed", render(rows, opts.repeats), "Benchmark results")
+    print(render(rows, opts.repeats).split("Summary:")[1])
+
+
+if __name__ == "__main__":
+    main()
