@@ -13,6 +13,7 @@ import datetime
 import json
 import os
 import platform
+import re
 import shlex
 import signal
 import subprocess
@@ -121,7 +122,9 @@ class Outcome:
 
 
 def first_line(text: str, limit: int = 160) -> str:
+    """The first non-empty line, without object addresses, so generated tables are stable."""
     line = next((ln.strip() for ln in str(text).splitlines() if ln.strip()), "")
+    line = re.sub(r" at 0x[0-9a-f]+", "", line)
     return line if len(line) <= limit else line[: limit - 3] + "..."
 
 
