@@ -180,6 +180,8 @@ def test_mutation_through_chain_of_views():
         v = y.view(2, 6)[1].narrow(0, 1, 3)
         v.mul_(2)
         return y, v
+    # torch.export regenerates the returned `v` from the updated base (view, select,
+    # slice) so that, as in eager, the two outputs alias: the comparison keeps that.
     check(f, (torch.randn(3, 4),))
 
 
@@ -281,9 +283,9 @@ class Shared(nn.Module):
 
 
 def test_shared_parameter_is_one_placeholder():
-    # No torch.export comparison: torch.export lifts the tied weight twice (p_a_weight,
-    # p_b_weight, the first one unused); graphport lifts it once, under its first name.
-    ep = check(Shared(), (torch.randn(2, 4),), torch_export_check=False)
+    # Operators only: torch.export lifts the tied weight twice (p_a_weight, p_b_weight,
+    # the first one unused); graphport lifts it once, under its first name.
+    ep = check(Shared(), (torch.randn(2, 4),), torch_export_check="ops")
     params = [s for s in ep.graph_signature.input_specs if s.kind == gp.InputKind.PARAMETER]
     assert [s.target for s in params] == ["a.weight"]
 
