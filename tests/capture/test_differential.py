@@ -251,6 +251,24 @@ def test_non_persistent_buffer():
     assert "scratch" in ep.constants
 
 
+class BufferRowWrite(nn.Module):
+    """A buffer written through a view (slice assignment) is still a buffer mutation."""
+
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("history", torch.zeros(3, 4))
+
+    def forward(self, x):
+        self.history[1:] = self.history[:-1].clone()
+        self.history[0] = x
+        return self.history.sum(0)
+
+
+def test_buffer_mutated_through_view():
+    ep = check(BufferRowWrite(), (torch.randn(4),))
+    assert kinds(ep.graph_signature.output_specs) == ["BUFFER_MUTATION", "USER_OUTPUT"]
+
+
 # ----------------------------------------------------------------------------- user input mutation
 
 def test_user_input_add_():
@@ -267,6 +285,14 @@ def test_user_input_index_assign():
         x[0] = 0.0
         return x.sum()
     check(f, (torch.randn(3, 2),))
+
+
+def test_input_returned_unchanged_and_passed_twice():
+    """Outputs that are inputs, and one tensor given for two parameters."""
+    def f(a, b):
+        return a, a * b, b
+    x = torch.randn(3)
+    check(f, (x, x))
 
 
 # ----------------------------------------------------------------------------- state and constants
@@ -478,7 +504,7 @@ def test_layout_ops():
         a = x.transpose(0, 1).contiguous().view(4, 6)
         b = x.permute(2, 0, 1).reshape(-1)
         c = x.flatten(1)[:, :1].expand(2, 5)
-        return a, b, c, x.unsqueeze(0).squeeze(0).t() if x.dim() == 2 else x.mT
+        return a, b, c, x.mT, x.unsqueeze(0).squeeze(0), x[0].t()
     check(f, (torch.randn(2, 3, 4),))
 
 
