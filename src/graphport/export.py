@@ -43,7 +43,7 @@ def export(mod: torch.nn.Module | Callable, args: tuple, kwargs: dict | None = N
         call_graph += [ModuleCallEntry(name) for name, _ in root.named_modules() if name]
     ep = ExportedProgram(graph_module, captured.signature, captured.state_dict, {}, call_graph,
                          example_inputs=(args, kwargs), constants=captured.constants,
-                         input_paths=captured.input_paths)
+                         input_paths=captured.input_paths, input_aliases=captured.input_aliases)
     verify(ep)
     return ep
 

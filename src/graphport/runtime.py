@@ -87,10 +87,11 @@ class ExportedModule(torch.nn.Module):
     def _check_inputs(self, args: tuple, kwargs: dict) -> list[Any]:
         flat, spec = pytree.tree_flatten((args, kwargs))
         if spec != self._in_spec:
+            where, what = _first_difference(self._in_spec, spec, self._ep.call_spec.forward_arg_names or [])
             raise InputMismatchError(
-                f"the inputs' structure differs from the one the program was exported with:\n"
-                f"  expected {_tree_summary(self._in_spec)}\n  got      {_tree_summary(spec)}",
-                fix="call the module with the same arguments, keywords and container layout as at export")
+                f"input {where} {what}; the program was exported for inputs structured as\n"
+                f"  {_tree_summary(self._in_spec)}\n  and was called with\n  {_tree_summary(spec)}",
+                fix=f"call with {where} structured as at export (same arguments, keywords, keys and lengths)")
         for i, (leaf, spec_) in enumerate(zip(flat, self._user_inputs)):
             path = self._paths[i] if i < len(self._paths) else spec_.arg.name
             expected = self._placeholder_vals[spec_.arg.name]
@@ -120,7 +121,53 @@ class ExportedModule(torch.nn.Module):
                         f"{want} there (shape {list(expected.shape)}); that dimension is static",
                         fix=f"pass {path} with shape {list(expected.shape)}, or export with dynamic_shapes "
                             f"marking dimension {d} of {path} as a graphport.Dim")
+        for i, first in self._ep.input_aliases.items():
+            if flat[i] is not flat[first]:
+                raise InputMismatchError(
+                    f"input {self._paths[i]} must be the same tensor object as {self._paths[first]}: the program "
+                    "was exported with one tensor passed for both, and may have taken a path that relies on it",
+                    fix=f"pass the same tensor for both, or export with distinct example tensors for "
+                        f"{self._paths[first]} and {self._paths[i]}")
         return flat
+
+
+def _first_difference(expected: pytree.TreeSpec, got: pytree.TreeSpec, arg_names: list[str]) -> tuple[str, str]:
+    """(path, what differs) for the first place two input trees part ways."""
+    exp_args, exp_kwargs = expected.children()
+    got_args, got_kwargs = got.children()
+    if exp_args.num_children != got_args.num_children:
+        return "args", f"has {got_args.num_children} positional arguments, expected {exp_args.num_children}"
+    for i in range(exp_args.num_children):
+        name = arg_names[i] if i < len(arg_names) else f"args[{i}]"
+        found = _walk(exp_args.child(i), got_args.child(i), name)
+        if found:
+            return found
+    return _walk(exp_kwargs, got_kwargs, "kwargs") or ("", "differs")
+
+
+def _walk(exp: pytree.TreeSpec, got: pytree.TreeSpec, path: str) -> tuple[str, str] | None:
+    if exp == got:
+        return None
+    if exp.type is not got.type:
+        def kind(s):
+            return "a tensor or value" if s.is_leaf() else f"a {s.type.__name__}"
+        return path, f"is {kind(got)}, expected {kind(exp)}"
+    if exp.context != got.context:
+        if isinstance(exp.context, list) and isinstance(got.context, list):
+            missing = [k for k in exp.context if k not in got.context]
+            extra = [k for k in got.context if k not in exp.context]
+            parts = ([f"lacks keys {missing}"] if missing else []) + ([f"has extra keys {extra}"] if extra else [])
+            return path, " and ".join(parts) or f"has keys in order {got.context}, expected {exp.context}"
+        return path, f"has context {got.context!r}, expected {exp.context!r}"
+    if exp.num_children != got.num_children:
+        return path, f"has {got.num_children} elements, expected {exp.num_children}"
+    keys = exp.context if isinstance(exp.context, list) and len(exp.context) == exp.num_children else None
+    for i in range(exp.num_children):
+        child = f"{path}[{keys[i]!r}]" if keys else f"{path}[{i}]"
+        found = _walk(exp.child(i), got.child(i), child)
+        if found:
+            return found
+    return path, "differs"
 
 
 def _tree_summary(spec: pytree.TreeSpec) -> str:

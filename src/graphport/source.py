@@ -93,3 +93,14 @@ def user_stack(stop_at: FrameType | None = None) -> tuple[SourceLocation, ...]:
 def format_stack_trace(stack: tuple[SourceLocation, ...]) -> str:
     """The `stack_trace` node metadata string, in the traceback layout torch tools parse."""
     return "\n".join(f'  File "{loc.filename}", line {loc.lineno}, in {loc.function}\n    {loc.code}' for loc in stack)
+
+
+def location_in_traceback(tb) -> SourceLocation | None:
+    """The innermost user frame of an exception's traceback."""
+    found = None
+    while tb is not None:
+        code = tb.tb_frame.f_code
+        if not _is_internal(code.co_filename):
+            found = SourceLocation(code.co_filename, tb.tb_lineno, code.co_name)
+        tb = tb.tb_next
+    return found

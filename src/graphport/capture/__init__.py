@@ -16,11 +16,11 @@ import torch
 import torch.fx as fx
 from torch.utils import _pytree as pytree
 
-from ..errors import UnsupportedInputError
+from ..errors import UnsupportedFeatureError, UnsupportedInputError
 from ..pytree import key_to_str, leaf_name, path_to_str
 from ..signature import (ConstantArgument, ExportGraphSignature, InputKind, InputSpec, OutputKind, OutputSpec,
                          TensorArgument)
-from ..source import format_stack_trace
+from ..source import format_stack_trace, location_in_traceback
 from .tracer import CaptureMode, Recorder, TracerTensor
 
 SCALAR_TYPES = (int, float, bool, str, torch.dtype, torch.device, type(None))
@@ -36,6 +36,7 @@ class Captured:
     in_spec: pytree.TreeSpec
     out_spec: pytree.TreeSpec
     input_paths: list[str] = field(default_factory=list)   # printable path of each flat user input
+    input_aliases: dict[int, int] = field(default_factory=dict)  # flat input index -> earlier index it must be
     forward_arg_names: list[str] = field(default_factory=list)
 
 
@@ -44,15 +45,21 @@ def capture(fn: Callable, args: tuple, kwargs: dict, root: torch.nn.Module | Non
     state = _State(root, rec) if root is not None else None
     arg_names = _argument_names(fn, args, kwargs)
     flat, in_spec = pytree.tree_flatten_with_path((args, kwargs))
-    user_specs, tracer_leaves, paths = [], [], []
-    for path, leaf in flat:
+    user_specs, tracer_leaves, paths, aliases = [], [], [], {}
+    seen: dict[int, int] = {}   # id(tensor) -> index of its first occurrence among the leaves
+    for i, (path, leaf) in enumerate(flat):
         name, printable = _leaf_naming(path, arg_names)
         paths.append(printable)
         if isinstance(leaf, torch.Tensor):
-            tracer = rec.tracer_for_placeholder(name, leaf)
-            tracer.gp_node.meta["gp_user_input"] = leaf
+            tracer = own = rec.tracer_for_placeholder(name, leaf)
+            first = seen.setdefault(id(leaf), i)
+            if first != i:
+                # The same tensor passed twice (mha(x, x, x)): the program may test `q is k`,
+                # so it sees one tensor, and calls must pass one tensor there too.
+                aliases[i] = first
+                tracer = tracer_leaves[first]
             tracer_leaves.append(tracer)
-            user_specs.append(InputSpec(InputKind.USER_INPUT, TensorArgument(tracer.gp_node.name)))
+            user_specs.append(InputSpec(InputKind.USER_INPUT, TensorArgument(own.gp_node.name)))
         elif isinstance(leaf, SCALAR_TYPES):
             node = rec.placeholder(name, leaf)
             tracer_leaves.append(leaf)
@@ -73,7 +80,7 @@ def capture(fn: Callable, args: tuple, kwargs: dict, root: torch.nn.Module | Non
         stack.enter_context(_exporting_flags())
         stack.enter_context(torch._C._AutoDispatchBelowADInplaceOrView())
         mode = stack.enter_context(CaptureMode(rec))
-        out = fn(*tracer_args, **tracer_kwargs)
+        out = _run(fn, tracer_args, tracer_kwargs)
         if state is not None:
             state.collect_reassigned()
 
@@ -83,13 +90,15 @@ def capture(fn: Callable, args: tuple, kwargs: dict, root: torch.nn.Module | Non
         for tracer, kind, target in state.mutations():
             output_values.append(rec.value(tracer))
             output_specs.append((kind, target))
-    for tracer, spec in zip(tracer_leaves, user_specs):
+    for i, (tracer, spec) in enumerate(zip(tracer_leaves, user_specs)):
+        if i in aliases:
+            continue
         if isinstance(tracer, TracerTensor) and rec.value(tracer) is not tracer.gp_placeholder:
             output_values.append(rec.value(tracer))
             output_specs.append((OutputKind.USER_INPUT_MUTATION, spec.arg.name))
     for path, leaf in flat_out:
         if isinstance(leaf, TracerTensor):
-            output_values.append(rec.value(leaf))
+            output_values.append(rec.output_value(leaf))
             output_specs.append((OutputKind.USER_OUTPUT, None))
         elif isinstance(leaf, torch.Tensor):
             output_values.append(rec.value(rec.constant(leaf)))
@@ -119,12 +128,28 @@ def capture(fn: Callable, args: tuple, kwargs: dict, root: torch.nn.Module | Non
         graph=rec.graph,
         signature=ExportGraphSignature(input_specs, out_specs),
         state_dict=state.state_dict() if state is not None else {},
-        constants=dict(rec.constant_values),
+        constants={**(state.non_persistent() if state is not None else {}), **rec.constant_values},
         in_spec=in_spec,
         out_spec=out_spec,
         input_paths=paths,
+        input_aliases=aliases,
         forward_arg_names=list(arg_names),
     )
+
+
+def _run(fn: Callable, args: tuple, kwargs: dict) -> Any:
+    try:
+        return fn(*args, **kwargs)
+    except NotImplementedError as e:
+        if "HigherOrderOperator" not in str(e):
+            raise
+        op = str(e).split("HigherOrderOperator ")[1].split(" ")[0]
+        raise UnsupportedFeatureError(
+            f"the program calls torch's higher-order operator '{op}' (torch.cond, torch.map, while_loop, scan), "
+            "which graphport cannot capture yet",
+            fix="replace the data-dependent branch with torch.where(pred, a, b) computing both sides, or unroll "
+                "the loop in Python over a static count",
+            location=location_in_traceback(e.__traceback__)) from None
 
 
 def _constant_specs(rec: Recorder) -> list[InputSpec]:
@@ -239,7 +264,11 @@ class _State:
         return specs
 
     def state_dict(self) -> dict[str, torch.Tensor]:
-        return {**{n: p for n, p, _ in self.params}, **{n: b for n, b, _, _ in self.buffers}}
+        return {**{n: p for n, p, _ in self.params}, **{n: b for n, b, _, keep in self.buffers if keep}}
+
+    def non_persistent(self) -> dict[str, torch.Tensor]:
+        """Non-persistent buffers live with the constants, as in torch.export."""
+        return {n: b for n, b, _, keep in self.buffers if not keep}
 
 
 @contextlib.contextmanager

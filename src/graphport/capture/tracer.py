@@ -13,6 +13,7 @@ recomputed when next used.
 """
 from __future__ import annotations
 
+import contextlib
 import operator
 from typing import Any, Callable
 
@@ -88,8 +89,8 @@ def _describe(t: torch.Tensor) -> str:
 
 _DATA_FIX = (
     "capture records one path through the program, so it cannot branch on a tensor's value.\n"
-    "Rewrite data-dependent branches with graphport.cond(pred, true_fn, false_fn, operands) "
-    "(or torch.where for elementwise choices);\n"
+    "Compute both sides and choose with torch.where(pred, a, b) (a cond operator, "
+    "torch.cond(pred, true_fn, false_fn, operands), is not captured by graphport yet);\n"
     "if the value only guards an assumption, state it with torch._check(...) on shapes instead.")
 
 
@@ -129,6 +130,8 @@ class Recorder:
         self.constant_names: dict[int, str] = {}           # id(attribute tensor) -> attribute fqn
         self.placeholders: list[fx.Node] = []               # in the order they were created
         self.lifted_count = 0
+        self.recording = True
+        self.fallback_stack: tuple = ()   # source location for nodes made after the program returned
         self._keepalive: list[torch.Tensor] = []
 
     # -- graph values -------------------------------------------------------------------
@@ -173,6 +176,16 @@ class Recorder:
             t.gp_version = base.gp_version
         return t.gp_node
 
+    @contextlib.contextmanager
+    def scratch(self):
+        """Record into a throwaway graph: for computing metadata without keeping nodes."""
+        graph = self.graph
+        self.graph, self.recording = fx.Graph(), False
+        try:
+            yield
+        finally:
+            self.graph, self.recording = graph, True
+
     # -- recording ----------------------------------------------------------------------
 
     def emit(self, target: Callable, args: tuple, kwargs: dict | None = None) -> fx.Node:
@@ -186,7 +199,9 @@ class Recorder:
         name = "getitem" if target is operator.getitem else target.overloadpacket.__name__
         node = self.graph.create_node("call_function", target, args, kwargs, name=name)
         node.meta["val"] = val
-        node.meta["gp_stack"] = user_stack(self.entry_frame)
+        if not self.recording:
+            return node
+        node.meta["gp_stack"] = user_stack(self.entry_frame) or self.fallback_stack
         node.meta["nn_module_stack"] = {f"L__self__{fqn}": (fqn, typ) for fqn, typ in self.module_stack}
         return node
 
@@ -233,6 +248,19 @@ class Recorder:
         base.gp_version += 1
         t.gp_node = new_value
         t.gp_version = base.gp_version
+        t.gp_written = True
+
+    def output_value(self, t: TracerTensor) -> fx.Node:
+        """A returned tensor's value. A view that was written through is re-derived from its
+        base, so that at run time it is a view of the base again, aliasing it as in eager."""
+        if t.gp_base is not None and getattr(t, "gp_written", False):
+            self.fallback_stack = t.gp_node.meta.get("gp_stack", ())  # the write's source line
+            node = self.value(t.gp_base)
+            for step in t.gp_chain:
+                node = replay(step, node, self.emit)
+            self.fallback_stack = ()
+            return node
+        return self.value(t)
 
 
 def _meta_like(real: torch.Tensor) -> torch.Tensor:
@@ -269,6 +297,8 @@ class CaptureMode(TorchDispatchMode):
                 out = func.decompose(*args, **kwargs)
             if out is not NotImplemented:
                 return out
+        if info.preserved:
+            return self.call_preserved(func, args, kwargs)
         if info.kind is Kind.FUNCTIONAL:
             return self.call(func, args, kwargs)
         if info.kind is Kind.VIEW:
@@ -332,6 +362,21 @@ class CaptureMode(TorchDispatchMode):
             return self.rec.wrap(val, node, device, view_of=args[0], step=(func, tuple(node_args[1:]), node_kwargs))
         return self.rec.wrap(val, node, device)
 
+    def call_preserved(self, func, args, kwargs):
+        """A composite op kept as one node. Its output metadata comes from running its
+        decomposition on the tracers, which report the real device: composite ops pick
+        kernels by device (CPU attention returns a transposed layout), and strides decide
+        later view-or-copy choices, so they must be the ones the real run will have."""
+        node_args, node_kwargs = pytree.tree_map(self._value, (args, kwargs))
+        with self.rec.scratch():
+            with self:
+                out = func.decompose(*args, **kwargs)
+        if out is NotImplemented:
+            return self.call(func, args, kwargs)
+        val = pytree.tree_map_only(TracerTensor, lambda t: t.gp_meta, out)
+        node = self.rec._node(func, node_args, node_kwargs, val)
+        return self.rec.wrap(val, node, self._device(args, kwargs))
+
     def mutate(self, func, info, args, kwargs):
         if info.functional is None:
             raise UnsupportedFeatureError(
@@ -342,6 +387,9 @@ class CaptureMode(TorchDispatchMode):
         bound = _bind(schema, args, kwargs)
         if info.kind is Kind.INPLACE:
             target = args[0]
+            if func is aten.copy_.default and _overwrites_input(target, args[1]):
+                self._write(target, args[1])  # the input's new value is the source itself
+                return target
             if _changes_metadata(func):
                 raise UnsupportedFeatureError(
                     f"the in-place operator {func} changes a tensor's shape or strides in place",
@@ -382,6 +430,12 @@ class CaptureMode(TorchDispatchMode):
         if value.dtype != target.dtype:
             node = self.rec.emit(aten._to_copy.default, (node,), {"dtype": target.dtype})
         self.rec.assign(target, node)
+
+
+def _overwrites_input(dst, src) -> bool:
+    """`buf.copy_(x)` on a whole input or buffer: its new value is x, no copy node needed."""
+    return (isinstance(src, TracerTensor) and dst.gp_base is None and hasattr(dst, "gp_placeholder")
+            and src.shape == dst.shape and src.dtype == dst.dtype and src.device == dst.device)
 
 
 def _changes_metadata(func) -> bool:
