@@ -368,9 +368,12 @@ class CaptureMode(TorchDispatchMode):
         kernels by device (CPU attention returns a transposed layout), and strides decide
         later view-or-copy choices, so they must be the ones the real run will have."""
         node_args, node_kwargs = pytree.tree_map(self._value, (args, kwargs))
-        with self.rec.scratch():
-            with self:
-                out = func.decompose(*args, **kwargs)
+        try:
+            with self.rec.scratch():
+                with self:
+                    out = func.decompose(*args, **kwargs)
+        except UnsupportedFeatureError:
+            out = NotImplemented  # its insides do what capture cannot express; its meta kernel can still answer
         if out is NotImplemented:
             return self.call(func, args, kwargs)
         val = pytree.tree_map_only(TracerTensor, lambda t: t.gp_meta, out)
