@@ -1,5 +1,7 @@
 """Export speed: graphport against torch.export and against a plain meta-tensor forward.
 
+Models: a slice of the zoo plus the project's examples (examples/models.py), if present.
+
 The meta forward runs the model's Python code on shape-only tensors: the cheapest trace any
 exporter could do. Targets (medians over models): graphport <= 0.2x torch.export's time
 and <= 3x the meta forward. Each model runs in its own process; inside it the three
@@ -13,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import importlib.util
 import json
 import statistics
 import sys
@@ -33,13 +36,40 @@ TARGET_VS_TORCH, TARGET_VS_META = 0.2, 3.0
 COLUMNS = ["model", "process", "gp_s", "torch_s", "meta_s", "gp_over_torch", "gp_over_meta", "error"]
 
 
-def measure_model(name: str, repeats: int) -> dict[str, Any]:
-    from bench import measure, zoo
+def example_models() -> list[str]:
+    """The project's own examples (examples/models.py classes with `example_inputs`), if present."""
+    path = harness.REPO_ROOT / "examples" / "models.py"
+    if not path.exists():
+        return []
+    module = _load_examples(path)
+    return [f"examples.{name}" for name, obj in vars(module).items()
+            if isinstance(obj, type) and hasattr(obj, "example_inputs") and obj.__module__ == module.__name__]
 
-    built = zoo.MODELS[name].build()
+
+def _load_examples(path: Path) -> Any:
+    spec = importlib.util.spec_from_file_location("graphport_examples_models", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def build(name: str) -> Any:
+    """A zoo model, or `examples.<Class>` from examples/models.py, as a zoo.Built."""
+    from bench import zoo
+
+    if not name.startswith("examples."):
+        return zoo.MODELS[name].build()
+    torch.manual_seed(0)
+    model = getattr(_load_examples(harness.REPO_ROOT / "examples" / "models.py"), name.split(".", 1)[1])().eval()
+    return zoo.Built(model, lambda: (model.example_inputs(), {}), {}, {}, lambda dim: None)
+
+
+def measure_model(name: str, repeats: int) -> dict[str, Any]:
+    from bench import measure
+
+    built = build(name)
     measure.warm_up_exporters()
     export, import_err = measure.graphport_exporter()
-    meta_module, (meta_args, meta_kwargs) = zoo.meta_copy(built.module, built.example_inputs())
     row: dict[str, Any] = {"model": name, "error": ""}
     times: dict[str, list[float]] = {"gp": [], "torch": [], "meta": []}
     steps = {
@@ -67,7 +97,6 @@ def measure_model(name: str, repeats: int) -> dict[str, Any]:
                 del steps[key]
                 continue
             times[key].append(seconds)
-    del meta_module, meta_args, meta_kwargs
     for key, values in times.items():
         row[f"{key}_s"] = statistics.median(values[1:]) if len(values) > 1 else None
     row["gp_over_torch"] = row["gp_s"] / row["torch_s"] if row["gp_s"] and row["torch_s"] else None
@@ -105,7 +134,7 @@ def render(rows: list[dict[str, Any]], repeats: int) -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--models", default=",".join(MODELS), help="comma-separated zoo model names")
+    parser.add_argument("--models", help="comma-separated zoo model names (default: a zoo slice and the examples)")
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--timeout", type=float, default=300.0, help="per-model time limit, seconds")
     parser.add_argument("--worker", nargs=2, metavar=("MODEL", "OUT_JSON"), help=argparse.SUPPRESS)
@@ -120,7 +149,8 @@ def main() -> None:
     rows = []
     out = harness.REPO_ROOT / "bench" / "out" / "export_speed_worker.json"
     out.parent.mkdir(exist_ok=True)
-    bar = tqdm(opts.models.split(","), unit="model", file=sys.stderr)
+    names = opts.models.split(",") if opts.models else [*MODELS, *example_models()]
+    bar = tqdm(names, unit="model", file=sys.stderr)
     for name in bar:
         bar.set_description(f"export speed: {name}")
         argv = [sys.executable, __file__, "--repeats", str(opts.repeats), "--worker", name, str(out)]

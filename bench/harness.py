@@ -306,11 +306,24 @@ def stamp() -> str:
     return f"Generated {date} by `{command_line()}`  \n{parts}"
 
 
+RESULTS_SECTIONS = ("export-speed", "model-zoo")  # their order in a freshly created RESULTS.md
+
+
+def _markers(name: str) -> tuple[str, str]:
+    return f"<!-- BEGIN {name} (generated; do not edit) -->", f"<!-- END {name} -->"
+
+
 def write_section(path: Path, name: str, body: str, title: str) -> None:
     """Replace one generated section of a shared Markdown file, leaving the others intact."""
-    begin, end = f"<!-- BEGIN {name} (generated; do not edit) -->", f"<!-- END {name} -->"
+    begin, end = _markers(name)
     block = f"{begin}\n{body.rstrip()}\n{end}"
-    text = path.read_text() if path.exists() else f"# {title}\n"
+    if not path.exists():
+        empty = ["\n".join([*_markers(section)[:1], "(not generated yet)", _markers(section)[1]])
+                 for section in RESULTS_SECTIONS]
+        intro = ("Generated sections: each benchmark script rewrites only its own section, stamped with "
+                 "the command that reproduces it (`make bench` runs both).")
+        path.write_text(f"# {title}\n\n{intro}\n\n" + "\n\n".join(empty) + "\n")
+    text = path.read_text()
     if begin in text and end in text:
         head, rest = text.split(begin, 1)
         text = head + block + rest.split(end, 1)[1]

@@ -161,13 +161,17 @@ def summary(rows: list[dict[str, Any]]) -> str:
 
 
 def failures(rows: list[dict[str, Any]]) -> str:
-    lines = []
+    """Every non-ok cell with its message, identical failures grouped into one line."""
+    groups: dict[str, list[str]] = {}
     for r in rows:
-        for key in ("gp_static", "gp_dynamic", "torch_static", "torch_dynamic"):
-            if r["process"] == OK and r.get(key) != OK:
-                lines.append(f"- `{r['model']}` {key.replace('_', ' ')}: {_status(r, key)}: {r.get(key + '_error', '')}")
         if r["process"] != OK:
-            lines.append(f"- `{r['model']}`: worker {r['process']}")
+            groups.setdefault(f"worker {r['process']}", []).append(r["model"])
+            continue
+        for key in ("gp_static", "gp_dynamic", "torch_static", "torch_dynamic"):
+            if r.get(key) != OK:
+                what = f"{key.replace('_', ' ')}: {_status(r, key)}: {r.get(key + '_error', '')}"
+                groups.setdefault(what, []).append(r["model"])
+    lines = [f"- {what} ({', '.join(f'`{m}`' for m in models)})" for what, models in groups.items()]
     return "\n".join(lines) or "- none"
 
 
