@@ -68,6 +68,8 @@ def run_case(case: Any, exporter: str) -> Outcome:
             spec = harness.to_graphport_spec(spec)
         except harness.DynamicUnsupported as exc:
             return Outcome(UNSUPPORTED, "no Dim", str(exc))
+        except Exception as exc:  # graphport's Dim rejected a spec torch.export accepts
+            return Outcome(CRASH, type(exc).__name__, f"building dynamic_shapes: {harness.first_line(str(exc))}")
         export = gp.export
     else:
         export = torch.export.export

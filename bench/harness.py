@@ -20,7 +20,7 @@ import subprocess
 import sys
 import threading
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
@@ -110,15 +110,11 @@ class Outcome:
     error_type: str = ""
     message: str = ""
     max_abs_diff: float | None = None
-    details: dict[str, Any] = field(default_factory=dict)
 
     def cell(self) -> str:
         if self.status == OK:
             return "ok"
         return f"{self.status}: {self.error_type}" if self.error_type else self.status
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
 
 
 def first_line(text: str, limit: int = 160) -> str:

@@ -59,19 +59,27 @@ def dynamic_spec(built: Built, exporter: str) -> Any:
     return built.dynamic_shapes(harness.DimFactory(make))
 
 
+def empty_record() -> dict[str, Any]:
+    return {"status": None, "error_type": "", "error": "", "export_s": None, "rss_mib": None, "nodes": None,
+            "max_abs_diff": None, "run_ms": None}
+
+
 def attempt(exporter: str, built: Built, dynamic: bool, run: bool, latency_repeats: int = 0) -> dict[str, Any]:
     """Export once (timed, memory-sampled), then verify and compare with eager.
 
     Returns a flat record: status, error, export_s, rss_mib (peak increase during export),
     nodes, max_abs_diff, and run_ms when latency_repeats > 0.
     """
-    rec: dict[str, Any] = {"status": None, "error_type": "", "error": "", "export_s": None, "rss_mib": None, "nodes": None,
-                           "max_abs_diff": None, "run_ms": None}
+    rec = empty_record()
     args, kwargs = built.example_inputs()
     try:
         spec = dynamic_spec(built, exporter) if dynamic else None
     except harness.DynamicUnsupported as exc:
         rec.update(status=UNSUPPORTED, error_type="no Dim", error=str(exc))
+        return rec
+    except Exception as exc:  # e.g. a Dim without the arithmetic derived dims need
+        rec.update(status=CRASH, error_type=type(exc).__name__,
+                   error=f"building dynamic_shapes: {harness.first_line(str(exc))}")
         return rec
     if exporter == "graphport":
         export, import_err = graphport_exporter()
@@ -111,7 +119,7 @@ def attempt(exporter: str, built: Built, dynamic: bool, run: bool, latency_repea
                max_abs_diff=outcome.max_abs_diff)
     if outcome.status == OK and latency_repeats:
         module = ep.module()
-        with torch.no_grad():
+        with torch.no_grad():  # the same inputs already ran correctly in check_against_eager
             rec["run_ms"] = 1e3 * harness.median_seconds(lambda: module(*args, **kwargs), latency_repeats)
     return rec
 

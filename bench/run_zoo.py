@@ -58,8 +58,12 @@ def measure_model(name: str) -> dict[str, Any]:
         row["eager_ms"] = measure.eager_ms(built, LATENCY_REPEATS)
     for exporter, prefix in (("torch", "torch"), ("graphport", "gp")):
         for dynamic in (False, True):
-            rec = measure.attempt(exporter, entry.build(), dynamic, run,
-                                  latency_repeats=0 if dynamic else LATENCY_REPEATS)
+            try:
+                rec = measure.attempt(exporter, entry.build(), dynamic, run,
+                                      latency_repeats=0 if dynamic else LATENCY_REPEATS)
+            except Exception as exc:  # one broken attempt must not cost the model's whole row
+                rec = {**measure.empty_record(), "status": harness.CRASH, "error_type": type(exc).__name__,
+                       "error": f"harness: {harness.first_line(str(exc))}"}
             kind = "dynamic" if dynamic else "static"
             row[f"{prefix}_{kind}"] = rec["status"]
             row[f"{prefix}_{kind}_error_type"] = rec["error_type"]
