@@ -285,7 +285,8 @@ def versions() -> dict[str, str]:
         "torch": torch.__version__,
         "transformers": tf,
         "python": platform.python_version(),
-        "cpu": f"{cpu}, {os.cpu_count()} cores, torch threads {torch.get_num_threads()}",
+        "cpu": f"{cpu}, {os.cpu_count()} cores, torch threads {torch.get_num_threads()}, "
+               f"load average at start {os.getloadavg()[0]:.1f}",
     }
 
 

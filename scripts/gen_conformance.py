@@ -14,7 +14,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run as a script from anywhere
 
 from bench import exportdb, harness  # noqa: E402
-from bench.harness import ERROR, OK  # noqa: E402
+from bench.harness import ERROR, OK, UNSUPPORTED  # noqa: E402
 
 DOC = harness.REPO_ROOT / "docs" / "conformance.md"
 
@@ -29,6 +29,8 @@ def cell(outcome: harness.Outcome) -> str:
 def note(supported: bool, torch_out: harness.Outcome, gp_out: harness.Outcome) -> str:
     if gp_out.status == OK and (not supported or torch_out.status != OK):
         return "graphport better than torch.export"
+    if gp_out.status == UNSUPPORTED:
+        return "graphport gap: no dynamic-shape API yet"
     if supported and gp_out.status != OK:
         return "graphport gap"
     if not supported and gp_out.status not in (OK, ERROR):

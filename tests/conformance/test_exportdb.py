@@ -21,6 +21,7 @@ from bench.harness import ERROR, OK, UNSUPPORTED
 class GraphportGap(AssertionError):
     """graphport refused the case with a user-facing error: a missing capability, not a bug."""
 
+
 # case name -> why graphport does not pass it yet (the issue it waits for).
 EXPECTED_FAILURES: dict[str, str] = {
     "assume_constant_result": "issue 2: core capture: assume_constant_result escape hatch (.item() is refused)",
@@ -29,8 +30,8 @@ EXPECTED_FAILURES: dict[str, str] = {
     "cond_operands": "issue 3: symbolic shapes: gp.Dim and dynamic_shapes",
     "scalar_output": "issue 3: symbolic shapes: gp.Dim and dynamic_shapes",
     "dynamic_shape_round": "issue 3: symbolic shapes: gp.Dim and dynamic_shapes",
-    "cond_closed_over_variable": "issue 2: core capture: torch.cond with a tensor predicate",
-    "dynamic_shape_map": "issue 2: core capture: torch._higher_order_ops.map",
+    "cond_closed_over_variable": "issue 2: core capture: higher-order operator torch.cond (tensor predicate)",
+    "dynamic_shape_map": "issue 2: core capture: higher-order operator map (torch._higher_order_ops.map)",
 }
 
 CASES = exportdb.all_cases()
@@ -43,7 +44,7 @@ def _params() -> list:
 
 
 @pytest.mark.parametrize("name", _params())
-def test_exportdb_case(name: str) -> None:
+def test_exportdb_case(name: str, record_property) -> None:
     case = CASES[name]
     outcome = exportdb.run_case(case, "graphport")
     detail = f"{outcome.cell()}: {outcome.message}"
@@ -54,6 +55,7 @@ def test_exportdb_case(name: str) -> None:
     else:
         if outcome.status == UNSUPPORTED:
             raise GraphportGap(detail)
+        record_property("graphport_better_than_torch", outcome.status == OK)
         assert outcome.status in (OK, ERROR), f"must export correctly or raise a graphport error; got {detail}"
 
 
