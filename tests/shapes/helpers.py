@@ -73,14 +73,16 @@ def run_eager(fn, args, kwargs=None):
         return fn(*clone_inputs(tuple(args)), **clone_inputs(dict(kwargs or {})))
 
 
-def run_exported(ep, args, kwargs=None):
+def run_exported(ep, args, kwargs=None, module=None):
+    module = module if module is not None else ep.module()
     with torch.no_grad():
-        return ep.module()(*clone_inputs(tuple(args)), **clone_inputs(dict(kwargs or {})))
+        return module(*clone_inputs(tuple(args)), **clone_inputs(dict(kwargs or {})))
 
 
-def assert_matches_eager(ep, fn, args, kwargs=None, what="", atol=ATOL):
+def assert_matches_eager(ep, fn, args, kwargs=None, what="", atol=ATOL, module=None):
+    """ep.module() (or `module`, made from it once) answers like eager on these inputs."""
     expected = run_eager(fn, args, kwargs)
-    actual = run_exported(ep, args, kwargs)
+    actual = run_exported(ep, args, kwargs, module)
     shapes = [tuple(t.shape) for t in pytree.tree_leaves((args, kwargs)) if isinstance(t, torch.Tensor)]
     assert_same_values(expected, actual, f"outputs {what} (input shapes {shapes})", atol)
 

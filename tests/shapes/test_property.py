@@ -1,0 +1,185 @@
+"""Property tests: a program exported with dynamic dims answers like eager for every
+shape inside the declared ranges, and refuses every shape outside them with a
+graphport error (never a wrong answer, never another exception type)."""
+from __future__ import annotations
+
+import dataclasses
+from typing import Callable
+
+import pytest
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+from hypothesis import HealthCheck, Phase, given, settings
+from hypothesis import strategies as st
+
+import graphport as gp
+
+from .helpers import assert_matches_eager, assert_same_range_constraints, torch_export
+
+# no shrinking: a failure is reported as drawn, so a failing property stays fast
+SETTINGS = settings(deadline=None, max_examples=25, derandomize=True, database=None,
+                    phases=[Phase.explicit, Phase.generate],
+                    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+
+LO, HI = 2, 16    # every Dim here: Dim(name, min=2, max=16)
+
+
+# ---------------------------------------------------------------------------- programs
+
+def elementwise(x, y):
+    return (x * y).sigmoid() + x.relu() - y.abs().sqrt()
+
+
+def matmul(a, b):
+    return (a @ b).tanh()
+
+
+def cat_rows(x, y):
+    z = torch.cat([x, y], dim=0)
+    return z.softmax(0), z.sum(0)
+
+
+def reshape_arith(x, w):
+    b, s, d = x.shape
+    flat = x.view(b * s, d) @ w
+    return flat.view(b, s, -1).mean(1), x.reshape(x.shape[0], -1).sum(-1)
+
+
+class Block(nn.Module):
+    """Pre-norm attention + MLP block with a causal mask built from the dynamic seq dim."""
+
+    def __init__(self, d=16, heads=2):
+        super().__init__()
+        self.heads = heads
+        self.ln1 = nn.LayerNorm(d)
+        self.qkv = nn.Linear(d, 3 * d)
+        self.proj = nn.Linear(d, d)
+        self.ln2 = nn.LayerNorm(d)
+        self.mlp = nn.Sequential(nn.Linear(d, 2 * d), nn.GELU(), nn.Linear(2 * d, d))
+
+    def forward(self, x):
+        b, s, d = x.shape
+        q, k, v = self.qkv(self.ln1(x)).chunk(3, dim=-1)
+        q, k, v = (t.view(b, s, self.heads, d // self.heads).transpose(1, 2) for t in (q, k, v))
+        mask = torch.ones(s, s, dtype=torch.bool, device=x.device).tril()
+        att = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+        x = x + self.proj(att.transpose(1, 2).reshape(b, s, d))
+        return x + self.mlp(self.ln2(x))
+
+
+BLOCK = Block().eval()
+
+
+@dataclasses.dataclass
+class Prog:
+    fn: Callable
+    dims: tuple                      # names of the dims, each in [LO, HI]
+    make: Callable                   # dict dim -> size  ->  args
+    spec: Callable                   # (api, dim name -> Dim) -> dynamic_shapes
+    example: dict
+    # (dims values) -> args that break a relation the program needs (None: no relation)
+    unrelated: Callable | None = None
+
+
+def r(*shape):
+    return torch.randn(*shape)
+
+
+PROGS = {
+    "elementwise": Prog(elementwise, ("b", "f"), lambda d: (r(d["b"], d["f"]), r(d["b"], d["f"])),
+                        lambda D: {"x": {0: D["b"], 1: D["f"]}, "y": {0: D["b"], 1: D["f"]}},
+                        {"b": 4, "f": 6},
+                        lambda d: (r(d["b"], d["f"]), r(d["b"] + 1, d["f"]))),
+    "matmul_shared_inner": Prog(matmul, ("m", "k", "n"), lambda d: (r(d["m"], d["k"]), r(d["k"], d["n"])),
+                                lambda D: {"a": {0: D["m"], 1: D["k"]}, "b": {0: D["k"], 1: D["n"]}},
+                                {"m": 3, "k": 5, "n": 4},
+                                lambda d: (r(d["m"], d["k"]), r(d["k"] + 1, d["n"]))),
+    "cat_dynamic_dim": Prog(cat_rows, ("a", "c", "f"), lambda d: (r(d["a"], d["f"]), r(d["c"], d["f"])),
+                            lambda D: {"x": {0: D["a"], 1: D["f"]}, "y": {0: D["c"], 1: D["f"]}},
+                            {"a": 3, "c": 5, "f": 4},
+                            lambda d: (r(d["a"], d["f"]), r(d["c"], d["f"] + 1))),
+    "reshape_symbolic": Prog(reshape_arith, ("b", "s"), lambda d: (r(d["b"], d["s"], 8), r(8, 5)),
+                             lambda D: {"x": {0: D["b"], 1: D["s"]}, "w": None},
+                             {"b": 3, "s": 5}),
+    "transformer_block": Prog(BLOCK, ("batch", "seq"), lambda d: (r(d["batch"], d["seq"], 16),),
+                              lambda D: {"x": {0: D["batch"], 1: D["seq"]}},
+                              {"batch": 2, "seq": 7}),
+}
+
+_EXPORTED: dict = {}
+
+
+def _dims(api, prog):
+    return {n: api.Dim(n, min=LO, max=HI) for n in prog.dims}
+
+
+def _exported(name):
+    if name not in _EXPORTED:
+        prog = PROGS[name]
+        _EXPORTED[name] = gp.export(prog.fn, prog.make(prog.example), dynamic_shapes=prog.spec(_dims(gp, prog)))
+    return _EXPORTED[name]
+
+
+def inside(prog):
+    return st.fixed_dictionaries({n: st.integers(LO, HI) for n in prog.dims})
+
+
+def outside(prog):
+    """All dims in range but one, which is 0, 1 or above the max."""
+    return st.tuples(inside(prog), st.sampled_from(prog.dims),
+                     st.one_of(st.integers(0, LO - 1), st.integers(HI + 1, 3 * HI)))
+
+
+@pytest.mark.parametrize("name", sorted(PROGS))
+def test_torch_export_accepts_the_spec(name):
+    prog = PROGS[name]
+    args = prog.make(prog.example)
+    ref = torch_export(prog.fn, args, dynamic_shapes=prog.spec(_dims(torch.export, prog)))
+    assert_same_range_constraints(_exported(name), ref)
+
+
+@pytest.mark.parametrize("name", sorted(PROGS))
+def test_inside_the_ranges_matches_eager(name):
+    prog = PROGS[name]
+    ep = _exported(name)
+    module = ep.module()
+
+    @SETTINGS
+    @given(sizes=inside(prog))
+    def check(sizes):
+        torch.manual_seed(sum(sizes.values()))
+        assert_matches_eager(ep, prog.fn, prog.make(sizes), what=f"at {sizes}", module=module)
+    check()
+
+
+@pytest.mark.parametrize("name", sorted(PROGS))
+def test_outside_the_ranges_is_refused(name):
+    prog = PROGS[name]
+    module = _exported(name).module()
+
+    @SETTINGS
+    @given(case=outside(prog))
+    def check(case):
+        sizes, which, bad = case
+        sizes = {**sizes, which: bad}
+        try:
+            out = module(*prog.make(sizes))
+        except gp.GraphportError:
+            return
+        raise AssertionError(f"{which}={bad} is outside [{LO}, {HI}] but the program ran and returned "
+                             f"{type(out).__name__}")
+    check()
+
+
+@pytest.mark.parametrize("name", sorted(n for n, p in PROGS.items() if p.unrelated))
+def test_broken_relation_is_refused(name):
+    prog = PROGS[name]
+    module = _exported(name).module()
+
+    @SETTINGS
+    @given(sizes=st.fixed_dictionaries({n: st.integers(LO, HI - 1) for n in prog.dims}))
+    def check(sizes):
+        with pytest.raises(gp.GraphportError):
+            module(*prog.unrelated(sizes))
+    check()
