@@ -7,8 +7,10 @@ from typing import Any, Callable
 import torch
 import torch.fx as fx
 
-from .capture import capture
-from .errors import UnsupportedFeatureError, UnsupportedInputError
+from .capture import argument_names, capture, input_paths
+from .errors import UnsupportedInputError
+from .shapes.check import check_and_contract
+from .shapes.spec import resolve
 from .passes.dead_code import eliminate_dead_code
 from .passes.verifier import verify
 from .program import ExportedProgram, ModuleCallEntry, ModuleCallSignature
@@ -28,12 +30,13 @@ def export(mod: torch.nn.Module | Callable, args: tuple, kwargs: dict | None = N
             f"export expects args as a tuple of positional arguments, got a {type(args).__qualname__}",
             fix="wrap a single input in a tuple: graphport.export(model, (x,))")
     kwargs = dict(kwargs or {})
-    if dynamic_shapes is not None:
-        raise UnsupportedFeatureError(
-            "dynamic_shapes is not supported yet: this version exports static shapes only",
-            fix="pass dynamic_shapes=None; the program is then valid for the example inputs' shapes")
     fn, root = _resolve(mod)
-    captured = capture(fn, args, kwargs, root)
+    shapes = None
+    if dynamic_shapes is not None:
+        arg_names = argument_names(fn, args, kwargs)
+        shapes = resolve(dynamic_shapes, args, kwargs, arg_names, input_paths(args, kwargs, arg_names))
+    captured = capture(fn, args, kwargs, root, shapes)
+    range_constraints, contract = ({}, None) if shapes is None else check_and_contract(shapes)
     eliminate_dead_code(captured.graph)
     holder = torch.nn.Module()
     graph_module = fx.GraphModule(holder, captured.graph, class_name="GraphModule")
@@ -41,9 +44,10 @@ def export(mod: torch.nn.Module | Callable, args: tuple, kwargs: dict | None = N
                                                           captured.forward_arg_names))]
     if root is not None:
         call_graph += [ModuleCallEntry(name) for name, _ in root.named_modules() if name]
-    ep = ExportedProgram(graph_module, captured.signature, captured.state_dict, {}, call_graph,
+    ep = ExportedProgram(graph_module, captured.signature, captured.state_dict, range_constraints, call_graph,
                          example_inputs=(args, kwargs), constants=captured.constants,
-                         input_paths=captured.input_paths, input_aliases=captured.input_aliases)
+                         input_paths=captured.input_paths, input_aliases=captured.input_aliases,
+                         shape_contract=contract)
     verify(ep)
     return ep
 

@@ -33,7 +33,8 @@ class ExportedProgram:
     def __init__(self, graph_module: fx.GraphModule, graph_signature: ExportGraphSignature,
                  state_dict: dict[str, torch.Tensor], range_constraints: dict, module_call_graph: list[ModuleCallEntry],
                  example_inputs: tuple[tuple, dict] | None = None, constants: dict[str, torch.Tensor] | None = None,
-                 input_paths: list[str] | None = None, input_aliases: dict[int, int] | None = None):
+                 input_paths: list[str] | None = None, input_aliases: dict[int, int] | None = None,
+                 shape_contract=None):
         self.graph_module = graph_module
         self.graph_signature = graph_signature
         self.state_dict = state_dict
@@ -43,6 +44,7 @@ class ExportedProgram:
         self.constants = constants or {}
         self.input_paths = input_paths or []
         self.input_aliases = input_aliases or {}
+        self.shape_contract = shape_contract    # shapes.check.ShapeContract for dynamic programs
 
     @property
     def graph(self) -> fx.Graph:

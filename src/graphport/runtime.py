@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import sympy
 import torch
 from torch.utils import _pytree as pytree
 
@@ -115,12 +116,14 @@ class ExportedModule(torch.nn.Module):
                     f"input {path} has {leaf.dim()} dimensions {list(leaf.shape)}, expected {expected.dim()} "
                     f"{list(expected.shape)}", fix=f"reshape {path} to {list(expected.shape)}")
             for d, (got, want) in enumerate(zip(leaf.shape, expected.shape)):
-                if isinstance(want, int) and got != want:
+                if type(want) is int and got != want:
                     raise InputMismatchError(
                         f"input {path} has size {got} at dimension {d}, but the program was exported for size "
                         f"{want} there (shape {list(expected.shape)}); that dimension is static",
                         fix=f"pass {path} with shape {list(expected.shape)}, or export with dynamic_shapes "
                             f"marking dimension {d} of {path} as a graphport.Dim")
+        if self._ep.shape_contract is not None:
+            check_shapes(self._ep.shape_contract, flat, self._paths)
         for i, first in self._ep.input_aliases.items():
             if flat[i] is not flat[first]:
                 raise InputMismatchError(
@@ -129,6 +132,51 @@ class ExportedModule(torch.nn.Module):
                     fix=f"pass the same tensor for both, or export with distinct example tensors for "
                         f"{self._paths[first]} and {self._paths[i]}")
         return flat
+
+
+def check_shapes(contract, flat: list, paths: list[str]) -> None:
+    """Dynamic dims: each symbol in its range, every dim equal to its expression, kept guards true."""
+    values = contract.symbols_from(flat)
+    where = {}
+    for i, d, expr in contract.dims:
+        if expr.is_Symbol:
+            where.setdefault(expr, f"{paths[i]}.shape[{d}]")
+    for sym, value in values.items():
+        r = contract.ranges[sym]
+        name = contract.names[sym]
+        if not r.contains(value):
+            raise InputMismatchError(
+                f"input {where[sym]} is {value}, outside the range {r} of dimension {name} the program was "
+                f"exported for", fix=f"pass {where[sym]} within {r}, or export again with a wider Dim('{name}')")
+        least = contract.least.get(sym)
+        if least is not None and value < least[0]:
+            site = f" at {least[1]}" if least[1] else ""
+            raise InputMismatchError(
+                f"input {where[sym]} is {value}, but the capture assumed {name} >= {least[0]}{site} (sizes 0 and 1 "
+                f"are specialized, as in torch.export), so the program is not valid for this size",
+                fix=f"export a separate program for {where[sym]} = {value} (an example input of that size with that "
+                    f"dimension static)")
+    for i, d, expr in contract.dims:
+        want = expr.xreplace(values)
+        got = int(flat[i].shape[d])
+        if want != got:
+            if expr.is_Integer:
+                raise InputMismatchError(
+                    f"input {paths[i]}.shape[{d}] is {got}, but the program fixed that Dim.AUTO dimension to {want} "
+                    "while tracing", fix=f"pass {paths[i]} with shape[{d}] == {want}")
+            readable = expr.xreplace({s: sympy.Symbol(contract.names[s]) for s in expr.free_symbols})
+            known = ", ".join(f"{where[s]} is {values[s]}" for s in expr.free_symbols if s in where)
+            raise InputMismatchError(
+                f"input {paths[i]}.shape[{d}] is {got}, but the program requires it to be {readable} = {want} "
+                f"(as {known})",
+                fix=f"pass {paths[i]} with shape[{d}] == {want}, keeping the relations declared in dynamic_shapes")
+    for guard in contract.guards:
+        if guard.rel.xreplace(values) is not sympy.true:
+            readable = guard.rel.xreplace({s: sympy.Symbol(contract.names[s]) for s in guard.rel.free_symbols})
+            site = f" (recorded at {guard.location})" if guard.location else ""
+            raise InputMismatchError(f"the inputs' sizes {values} break the program's shape guard {readable}{site}",
+                                     fix="pass sizes that satisfy the guard, or export with examples that take "
+                                         "the branch you need")
 
 
 def _first_difference(expected: pytree.TreeSpec, got: pytree.TreeSpec, arg_names: list[str]) -> tuple[str, str]:

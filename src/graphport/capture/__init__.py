@@ -12,15 +12,20 @@ import sys
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
+import sympy
 import torch
 import torch.fx as fx
+from torch._dispatch.python import enable_python_dispatcher
 from torch.utils import _pytree as pytree
 
 from ..errors import UnsupportedFeatureError, UnsupportedInputError
 from ..pytree import key_to_str, leaf_name, path_to_str
+from ..shapes.node import symint
+from ..shapes.spec import InputShapes
 from ..signature import (ConstantArgument, ExportGraphSignature, InputKind, InputSpec, OutputKind, OutputSpec,
-                         TensorArgument)
-from ..source import format_stack_trace, location_in_traceback
+                         SymIntArgument, TensorArgument)
+from .symbolic import SizeValues, is_sym
+from ..source import SourceLocation, format_stack_trace, location_in_traceback
 from .tracer import CaptureMode, Recorder, TracerTensor
 
 SCALAR_TYPES = (int, float, bool, str, torch.dtype, torch.device, type(None))
@@ -40,18 +45,23 @@ class Captured:
     forward_arg_names: list[str] = field(default_factory=list)
 
 
-def capture(fn: Callable, args: tuple, kwargs: dict, root: torch.nn.Module | None) -> Captured:
+def capture(fn: Callable, args: tuple, kwargs: dict, root: torch.nn.Module | None,
+            shapes: InputShapes | None = None) -> Captured:
+    """Run `fn` once on tracers; `shapes` gives input tensors symbolic sizes."""
     rec = Recorder(entry_frame=sys._getframe(0))
     state = _State(root, rec) if root is not None else None
-    arg_names = _argument_names(fn, args, kwargs)
+    arg_names = argument_names(fn, args, kwargs)
     flat, in_spec = pytree.tree_flatten_with_path((args, kwargs))
+    input_nodes: dict[int, fx.Node] = {}
     user_specs, tracer_leaves, paths, aliases = [], [], [], {}
     seen: dict[int, int] = {}   # id(tensor) -> index of its first occurrence among the leaves
     for i, (path, leaf) in enumerate(flat):
         name, printable = _leaf_naming(path, arg_names)
         paths.append(printable)
         if isinstance(leaf, torch.Tensor):
-            tracer = own = rec.tracer_for_placeholder(name, leaf)
+            meta = symbolic_meta(leaf, shapes.sizes[i], shapes.env) if shapes is not None else None
+            tracer = own = rec.tracer_for_placeholder(name, leaf, meta)
+            input_nodes[i] = own.gp_node
             first = seen.setdefault(id(leaf), i)
             if first != i:
                 # The same tensor passed twice (mha(x, x, x)): the program may test `q is k`,
@@ -72,12 +82,17 @@ def capture(fn: Callable, args: tuple, kwargs: dict, root: torch.nn.Module | Non
                     "container class, call graphport.register_dataclass(cls) (dataclasses) or "
                     "torch.utils._pytree.register_pytree_node")
     tracer_args, tracer_kwargs = pytree.tree_unflatten(tracer_leaves, in_spec)
+    if shapes is not None:
+        rec.sizes = SizeValues(shapes.env, input_nodes)
 
     with contextlib.ExitStack() as stack:
         if state is not None:
             stack.enter_context(state.swapped())
             stack.enter_context(_module_stack_hooks(rec, state.module_names))
         stack.enter_context(_exporting_flags())
+        if shapes is not None:
+            # torch's Python meta kernels and references handle symbolic sizes; many C++ ones do not
+            stack.enter_context(enable_python_dispatcher())
         stack.enter_context(torch._C._AutoDispatchBelowADInplaceOrView())
         mode = stack.enter_context(CaptureMode(rec))
         out = _run(fn, tracer_args, tracer_kwargs)
@@ -85,6 +100,10 @@ def capture(fn: Callable, args: tuple, kwargs: dict, root: torch.nn.Module | Non
             state.collect_reassigned()
 
     flat_out, out_spec = pytree.tree_flatten_with_path(out)
+    # Values made from here on (sizes returned, views re-derived) have no frame of their
+    # own: they are attributed to the program's last recorded line.
+    last = next((n for n in reversed(rec.graph.nodes) if n.meta.get("gp_stack")), None)
+    rec.fallback_stack = last.meta["gp_stack"] if last is not None else _definition_site(fn)
     output_values, output_specs = [], []
     if state is not None:
         for tracer, kind, target in state.mutations():
@@ -103,6 +122,9 @@ def capture(fn: Callable, args: tuple, kwargs: dict, root: torch.nn.Module | Non
         elif isinstance(leaf, torch.Tensor):
             output_values.append(rec.value(rec.constant(leaf)))
             output_specs.append((OutputKind.USER_OUTPUT, None))
+        elif is_sym(leaf):
+            output_values.append(rec.sym_value(leaf))
+            output_specs.append((OutputKind.USER_OUTPUT, None))
         elif isinstance(leaf, SCALAR_TYPES):
             output_values.append(leaf)
             output_specs.append((OutputKind.USER_OUTPUT, None))
@@ -118,7 +140,11 @@ def capture(fn: Callable, args: tuple, kwargs: dict, root: torch.nn.Module | Non
     _order_placeholders(rec.graph, [s.arg.name for s in input_specs])
     out_specs = []
     for value, (kind, target) in zip(output_values, output_specs):
-        arg = TensorArgument(value.name) if isinstance(value, fx.Node) else ConstantArgument("", value)
+        if isinstance(value, fx.Node):
+            is_size = isinstance(value.meta.get("val"), torch.SymInt)
+            arg = SymIntArgument(value.name) if is_size else TensorArgument(value.name)
+        else:
+            arg = ConstantArgument("", value)
         out_specs.append(OutputSpec(kind, arg, target))
     for node in rec.graph.nodes:
         stack_ = node.meta.pop("gp_stack", None)
@@ -135,6 +161,28 @@ def capture(fn: Callable, args: tuple, kwargs: dict, root: torch.nn.Module | Non
         input_aliases=aliases,
         forward_arg_names=list(arg_names),
     )
+
+
+def _definition_site(fn: Callable) -> tuple[SourceLocation, ...]:
+    """Where the captured function is defined: the location of values made outside any op."""
+    target = fn.forward if isinstance(fn, torch.nn.Module) else fn
+    try:
+        code = inspect.unwrap(target).__code__
+    except AttributeError:
+        return ()
+    return (SourceLocation(code.co_filename, code.co_firstlineno, code.co_name),)
+
+
+def symbolic_meta(real: torch.Tensor, sizes: list, env) -> torch.Tensor:
+    """A meta tensor whose sizes are our symbols, strided in the same order as `real`."""
+    sym_sizes = [symint(s, env) if isinstance(s, sympy.Basic) else s for s in sizes]
+    strides: list = [0] * real.dim()
+    step = 1
+    for d in sorted(range(real.dim()), key=lambda d: (real.stride(d), -d)):
+        strides[d] = step
+        step = step * sym_sizes[d]
+    meta = torch.empty_strided(sym_sizes, strides, dtype=real.dtype, device="meta")
+    return meta.requires_grad_(True) if real.requires_grad else meta
 
 
 def _run(fn: Callable, args: tuple, kwargs: dict) -> Any:
@@ -169,7 +217,7 @@ def _order_placeholders(graph: fx.Graph, names: list[str]) -> None:
         anchor.prepend(by_name[name])
 
 
-def _argument_names(fn: Callable, args: tuple, kwargs: dict) -> list[str]:
+def argument_names(fn: Callable, args: tuple, kwargs: dict) -> list[str]:
     """Names of the positional arguments, from the signature of forward / the function."""
     target = fn.forward if isinstance(fn, torch.nn.Module) else fn
     try:
@@ -184,6 +232,12 @@ def _argument_names(fn: Callable, args: tuple, kwargs: dict) -> list[str]:
             var = next((p.name for p in params if p.kind is p.VAR_POSITIONAL), "args")
             names.append(f"{var}_{i - len([p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)])}")
     return names
+
+
+def input_paths(args: tuple, kwargs: dict, arg_names: list[str]) -> list[str]:
+    """Printable path (`d['a'][0]`) of every flat input leaf, in flattening order."""
+    flat = pytree.tree_flatten_with_path((args, kwargs))[0]
+    return [_leaf_naming(path, arg_names)[1] for path, _ in flat]
 
 
 def _leaf_naming(path: tuple, arg_names: list[str]) -> tuple[str, str]:

@@ -130,6 +130,7 @@ class Recorder:
         self.constant_names: dict[int, str] = {}           # id(attribute tensor) -> attribute fqn
         self.placeholders: list[fx.Node] = []               # in the order they were created
         self.lifted_count = 0
+        self.sizes = None            # SizeValues, when the capture has symbolic sizes
         self.recording = True
         self.fallback_stack: tuple = ()   # source location for nodes made after the program returned
         self._keepalive: list[torch.Tensor] = []
@@ -142,8 +143,8 @@ class Recorder:
         self.placeholders.append(node)
         return node
 
-    def tracer_for_placeholder(self, name: str, real: torch.Tensor) -> TracerTensor:
-        meta = _meta_like(real)
+    def tracer_for_placeholder(self, name: str, real: torch.Tensor, meta: torch.Tensor | None = None) -> TracerTensor:
+        meta = _meta_like(real) if meta is None else meta
         node = self.placeholder(name, meta)
         tracer = TracerTensor(meta, real.device, node)
         tracer.gp_placeholder = node
@@ -195,8 +196,12 @@ class Recorder:
         val = target(*meta_args, **meta_kwargs)
         return self._node(target, args, kwargs, val)
 
+    def sym_value(self, v) -> Any:
+        """The graph value of a symbolic size met in an op's arguments or the outputs."""
+        return self.sizes.value(v, self.emit, cache=self.recording)
+
     def _node(self, target, args, kwargs, val) -> fx.Node:
-        name = "getitem" if target is operator.getitem else target.overloadpacket.__name__
+        name = target.overloadpacket.__name__ if isinstance(target, torch._ops.OpOverload) else target.__name__
         node = self.graph.create_node("call_function", target, args, kwargs, name=name)
         node.meta["val"] = val
         if not self.recording:
@@ -254,11 +259,11 @@ class Recorder:
         """A returned tensor's value. A view that was written through is re-derived from its
         base, so that at run time it is a view of the base again, aliasing it as in eager."""
         if t.gp_base is not None and getattr(t, "gp_written", False):
-            self.fallback_stack = t.gp_node.meta.get("gp_stack", ())  # the write's source line
+            outer, self.fallback_stack = self.fallback_stack, t.gp_node.meta.get("gp_stack", ())  # the write's line
             node = self.value(t.gp_base)
             for step in t.gp_chain:
                 node = replay(step, node, self.emit)
-            self.fallback_stack = ()
+            self.fallback_stack = outer
             return node
         return self.value(t)
 
@@ -312,6 +317,8 @@ class CaptureMode(TorchDispatchMode):
             return self.rec.value(a)
         if isinstance(a, torch.Tensor):
             return self.rec.value(self.rec.constant(a))
+        if isinstance(a, (torch.SymInt, torch.SymBool, torch.SymFloat)):
+            return self.rec.sym_value(a)
         return a
 
     def _meta(self, a):

@@ -1,0 +1,280 @@
+"""After tracing: are the guards implied by the user's spec? The answer decides soundness.
+
+A guard the ranges could not settle is a property of the program that the spec does not
+promise: it narrows a dim, fixes it to a constant, or ties it to another. For Dims that is
+a ConstraintViolationError listing every violation with its source line and a corrected
+spec line; for Dim.AUTO it refines the dim instead. What remains becomes the program's
+range constraints and the contract `ep.module()` checks on every call.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+import sympy
+
+from ..errors import ConstraintViolationError
+from ..source import SourceLocation
+from .dims import DerivedDim, Dim
+from .env import Guard
+from .expr import INF, ValueRange, bounds
+from .spec import InputShapes
+
+
+@dataclass
+class ShapeContract:
+    """What every call must satisfy: sizes in range, relations between dims, kept guards."""
+    dims: list[tuple[int, int, sympy.Expr]]              # (flat input index, dim, expression)
+    ranges: dict[sympy.Symbol, ValueRange]
+    least: dict[sympy.Symbol, tuple[int, SourceLocation | None]] = field(default_factory=dict)
+    guards: list[Guard] = field(default_factory=list)
+    names: dict[sympy.Symbol, str] = field(default_factory=dict)
+
+    def symbols_from(self, flat: list) -> dict[sympy.Symbol, int]:
+        values = {}
+        for i, d, expr in self.dims:
+            if expr.is_Symbol and expr not in values:
+                values[expr] = int(flat[i].shape[d])
+        return values
+
+
+def _linear_in(expr: sympy.Expr, sym: sympy.Symbol):
+    """(a, b) with expr == a*sym + b and a, b integers, or None."""
+    expanded = sympy.expand(expr)
+    a = expanded.coeff(sym)
+    b = sympy.expand(expanded - a * sym)
+    if a.is_Integer and b.is_Integer and a != 0:
+        return int(a), int(b)
+    return None
+
+
+def _name(shapes: InputShapes, sym: sympy.Symbol) -> str:
+    return shapes.env.symbols[sym].dim_name
+
+
+class _Fixes:
+    """Corrected spec lines, merged per Dim name."""
+
+    def __init__(self, shapes: InputShapes):
+        self.shapes = shapes
+        self.ranges: dict[sympy.Symbol, list] = {}
+        self.lines: dict[str, str] = {}
+
+    def narrow(self, sym, lo=None, hi=None):
+        declared = self.shapes.env.symbols[sym].declared
+        cur = self.ranges.setdefault(sym, [declared.lower, declared.upper])
+        if lo is not None:
+            cur[0] = max(cur[0], lo)
+        if hi is not None:
+            cur[1] = min(cur[1], hi)
+        name = _name(self.shapes, sym)
+        args = [repr(name)] + ([f"min={cur[0]}"] if cur[0] != 0 else []) + (
+            [f"max={cur[1]}"] if cur[1] != INF else [])
+        self.lines[name] = f"{name} = Dim({', '.join(args)})"
+
+    def set(self, name: str, text: str):
+        self.lines[name] = f"{name} = {text}"
+
+    def render(self) -> str:
+        return "\n".join("  " + line for line in self.lines.values())
+
+
+def _explain(guard: Guard, shapes: InputShapes, fixes: _Fixes) -> str:
+    rel = guard.rel
+    syms = sorted(rel.free_symbols, key=lambda s: int(str(s)[1:]))
+    names = {s: _name(shapes, s) for s in syms}
+    readable = str(rel.xreplace({s: sympy.Symbol(n) for s, n in names.items()}))
+    where = f" (at {guard.location})" if guard.location else ""
+    if isinstance(rel, sympy.Eq) and len(syms) == 1:
+        lin = _linear_in(rel.lhs - rel.rhs, syms[0])
+        if lin and (-lin[1]) % lin[0] == 0:
+            value = -lin[1] // lin[0]
+            fixes.set(names[syms[0]], str(value))
+            return (f"- {names[syms[0]]} was marked dynamic, but the program fixes it to the constant {value}: "
+                    f"it requires {readable}{where}")
+    if isinstance(rel, sympy.Eq) and len(syms) == 2:
+        older, newer = syms
+        diff = sympy.expand(rel.lhs - rel.rhs)
+        coeff = diff.coeff(newer)
+        rest = sympy.expand(diff - coeff * newer)
+        if coeff in (1, -1) and newer not in rest.free_symbols:
+            other = sympy.expand(-rest / coeff)          # newer == other
+            ratio = _linear_in(other, older)
+            if ratio and ratio[0] > 0:
+                text = names[older] if ratio == (1, 0) else str(ratio[0] * sympy.Symbol(names[older]) + ratio[1])
+                fixes.set(names[newer], text)
+                relation = "them to be equal" if ratio == (1, 0) else f"{names[newer]} == {text}"
+                return (f"- {names[newer]} and {names[older]} were declared independent, but the program requires "
+                        f"{relation}{where}")
+    if isinstance(rel, sympy.core.relational.Relational) and len(syms) == 1 and rel.rel_op in ("<", "<=", ">", ">="):
+        sym = syms[0]
+        lin = _linear_in(rel.lhs - rel.rhs, sym)
+        if lin:
+            a, b = lin   # a*s + b  <op>  0
+            op = rel.rel_op if a > 0 else {"<": ">", "<=": ">=", ">": "<", ">=": "<="}[rel.rel_op]
+            bound = sympy.Rational(-b, a)
+            if op in ("<", "<="):
+                hi = int(sympy.floor(bound)) - (1 if op == "<" and bound.is_Integer else 0)
+                fixes.narrow(sym, hi=hi)
+            else:
+                lo = int(sympy.ceiling(bound)) + (1 if op == ">" and bound.is_Integer else 0)
+                fixes.narrow(sym, lo=lo)
+            declared = shapes.env.symbols[sym].declared
+            return (f"- not all values of {names[sym]} in its range {declared} satisfy the program's guard "
+                    f"{readable}{where}")
+    return (f"- the program requires {readable}{where}, which the ranges of {', '.join(names.values())} do not "
+            f"guarantee; restrict the Dims or state the assumption with torch._check on the input sizes")
+
+
+def check_and_contract(shapes: InputShapes) -> tuple[dict, ShapeContract]:
+    """Raise ConstraintViolationError for guards the spec does not imply; else return the
+    range constraints and the runtime contract."""
+    env = shapes.env
+    fixes = _Fixes(shapes)
+    violations, kept, first = [], [], None
+    for guard in env.guards:
+        syms = guard.rel.free_symbols
+        # Dim.AUTO and Dim.DYNAMIC dims may be related or narrowed by the program; only
+        # DYNAMIC refuses to become a constant.
+        fixed = isinstance(guard.rel, sympy.Eq) and len(syms) == 1 and _linear_in(guard.rel.lhs - guard.rel.rhs,
+                                                                                next(iter(syms)))
+        if syms and all(shapes.kinds.get(s) == "auto" or (shapes.kinds.get(s) == "dynamic" and not fixed)
+                        for s in syms):
+            rel = env.simplify(guard.rel)
+            if rel is not sympy.true:   # an equality is already a replacement; the rest is checked per call
+                kept.append(Guard(rel, guard.location))
+        else:
+            violations.append(_explain(guard, shapes, fixes))
+            first = first or guard.location
+    if violations:
+        unique = list(dict.fromkeys(violations))
+        raise ConstraintViolationError(
+            f"the program's shape logic contradicts dynamic_shapes ({len(unique)} "
+            f"violation{'s' if len(unique) > 1 else ''}):\n" + "\n".join(unique) +
+            ("\nSuggested fixes:\n" + fixes.render() + "\n" if fixes.lines else ""),
+            fix="apply the suggested fixes to dynamic_shapes (graphport.refine_dynamic_shapes_from_suggested_fixes "
+                "does it for you), or change the program",
+            location=first)
+    ranges = _auto_ranges(shapes, kept)
+    dims, constraints = [], {}
+    for i, sizes in shapes.sizes.items():
+        for d, size in enumerate(sizes):
+            if isinstance(size, int):
+                continue
+            expr = env.simplify(size)
+            dims.append((i, d, expr))
+            if expr.is_Integer:   # a Dim.AUTO dim the program fixed: checked as static
+                continue
+            for sym in sorted(expr.free_symbols, key=lambda s: int(str(s)[1:])):
+                constraints.setdefault(sym, ranges[sym])
+            if not expr.is_Symbol:
+                lo, hi = bounds(expr, ranges)
+                constraints.setdefault(expr, ValueRange(lo, hi))
+    least = {s: (m, env.assumption_sites.get(s)) for s, m in env.assumed_min.items()}
+    names = {s: info.dim_name for s, info in env.symbols.items()}
+    return constraints, ShapeContract(dims, ranges, least, kept, names)
+
+
+def _auto_ranges(shapes: InputShapes, kept: list[Guard]) -> dict[sympy.Symbol, ValueRange]:
+    """Declared ranges, narrowed by the single-symbol guards kept for Dim.AUTO dims."""
+    ranges = {s: info.declared for s, info in shapes.env.symbols.items()}
+    for guard in kept:
+        rel, syms = guard.rel, list(guard.rel.free_symbols)
+        if len(syms) != 1 or not isinstance(rel, sympy.core.relational.Relational) or rel.rel_op in ("==", "!="):
+            continue
+        lin = _linear_in(rel.lhs - rel.rhs, syms[0])
+        if not lin:
+            continue
+        a, b = lin
+        op = rel.rel_op if a > 0 else {"<": ">", "<=": ">=", ">": "<", ">=": "<="}[rel.rel_op]
+        bound = sympy.Rational(-b, a)
+        r = ranges[syms[0]]
+        if op in ("<", "<="):
+            hi = int(sympy.floor(bound)) - (1 if op == "<" and bound.is_Integer else 0)
+            ranges[syms[0]] = ValueRange(r.lower, min(r.upper, hi))
+        else:
+            lo = int(sympy.ceiling(bound)) + (1 if op == ">" and bound.is_Integer else 0)
+            ranges[syms[0]] = ValueRange(max(r.lower, lo), r.upper)
+    return ranges
+
+
+_FIX_LINE = re.compile(r"^\s+(\w+) = (.+?)\s*$")
+_DIM_CALL = re.compile(r"Dim\('(\w+)'(?:, min=(\d+))?(?:, max=(\d+))?\)")
+
+
+def refine_dynamic_shapes_from_suggested_fixes(msg: str, dynamic_shapes: Any) -> Any:
+    """Apply the "Suggested fixes:" of a ConstraintViolationError message to a spec."""
+    text = str(msg)
+    if "Suggested fixes:" not in text:
+        return dynamic_shapes
+    lines = text.split("Suggested fixes:", 1)[1].splitlines()
+    wanted: dict[str, str] = {}
+    for line in lines:
+        match = _FIX_LINE.match(line)
+        if match:
+            wanted[match.group(1)] = match.group(2)
+        elif line.strip() and not line.startswith(" "):
+            break
+    existing: dict[str, Dim] = {}
+    _collect_dims(dynamic_shapes, existing)
+    replaced: dict[str, Any] = {}
+
+    def resolve_name(name: str):
+        if name in replaced:
+            return replaced[name]
+        spec = wanted.get(name)
+        if spec is None:
+            return existing.get(name)
+        call = _DIM_CALL.fullmatch(spec)
+        if call:
+            value = Dim(call.group(1), min=int(call.group(2)) if call.group(2) else None,
+                        max=int(call.group(3)) if call.group(3) else None)
+        elif re.fullmatch(r"-?\d+", spec):
+            value = int(spec)
+        else:
+            derived = re.fullmatch(r"(?:(\d+)\*)?(\w+)(?: ([+-]) (\d+))?", spec)
+            if derived is None:
+                return existing.get(name)
+            coeff, root, sign, offset = derived.groups()
+            value = resolve_name(root)
+            if coeff:
+                value = int(coeff) * value
+            if offset:
+                value = value + (int(offset) if sign == "+" else -int(offset))
+        replaced[name] = value
+        return value
+
+    def rewrite(node):
+        if isinstance(node, Dim):
+            if node.name in wanted:
+                value = resolve_name(node.name)
+                return None if isinstance(value, int) else value
+            return node
+        if isinstance(node, DerivedDim):
+            root = rewrite(node.root)
+            if root is None or isinstance(root, int):
+                return None
+            base = root if isinstance(root, (Dim, DerivedDim)) else node.root
+            return base * node.coeff + node.offset if node.coeff != 1 else base + node.offset
+        if isinstance(node, dict):
+            return {k: rewrite(v) for k, v in node.items()}
+        if isinstance(node, (list, tuple)):
+            return type(node)(rewrite(v) for v in node)
+        return node
+
+    return rewrite(dynamic_shapes)
+
+
+def _collect_dims(node, out: dict[str, Dim]) -> None:
+    if isinstance(node, Dim):
+        out.setdefault(node.name, node)
+    elif isinstance(node, DerivedDim):
+        out.setdefault(node.root.name, node.root)
+    elif isinstance(node, dict):
+        for v in node.values():
+            _collect_dims(v, out)
+    elif isinstance(node, (list, tuple)):
+        for v in node:
+            _collect_dims(v, out)
+

@@ -1,0 +1,146 @@
+"""The dynamic-shapes spec API, as torch.export's: Dim, dims, derived dims, ShapesCollection."""
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import sympy
+
+from ..errors import UnsupportedInputError
+
+INT_OO = sympy.oo
+
+
+class _DimHint:
+    """Dim.AUTO / Dim.DYNAMIC / Dim.STATIC: a dimension's kind without a name or range."""
+
+    def __init__(self, kind: str):
+        self.kind = kind
+
+    def __repr__(self) -> str:
+        return f"Dim.{self.kind}"
+
+
+class Dim:
+    """A named dynamic dimension with an inclusive range, shared by every input dim it marks."""
+
+    AUTO = _DimHint("AUTO")        # dynamic where possible: specialized or related as tracing requires
+    DYNAMIC = _DimHint("DYNAMIC")  # must stay dynamic: an error if tracing specializes it
+    STATIC = _DimHint("STATIC")    # static: the example's size
+
+    def __init__(self, name: str, *, min: int | None = None, max: int | None = None):
+        if not isinstance(name, str) or not re.fullmatch(r"[A-Za-z_]\w*", name):
+            raise UnsupportedInputError(f"Dim name {name!r} is not a Python identifier",
+                                        fix="name dims like variables: Dim('batch')")
+        lo = 0 if min is None else min
+        hi = INT_OO if max is None else max
+        if not isinstance(lo, int) or (hi is not INT_OO and not isinstance(hi, int)) or lo < 0 or lo > hi:
+            raise UnsupportedInputError(f"Dim('{name}') has an invalid range min={min}, max={max}",
+                                        fix="use integers with 0 <= min <= max")
+        self.__name__ = name
+        self.min = lo
+        self.max = hi
+
+    @property
+    def name(self) -> str:
+        return self.__name__
+
+    def __add__(self, other: int) -> "DerivedDim":
+        return DerivedDim(self, 1, 0) + other
+
+    __radd__ = __add__
+
+    def __sub__(self, other: int) -> "DerivedDim":
+        return DerivedDim(self, 1, 0) - other
+
+    def __mul__(self, other: int) -> "DerivedDim":
+        return DerivedDim(self, 1, 0) * other
+
+    __rmul__ = __mul__
+
+    def __repr__(self) -> str:
+        args = [repr(self.name)]
+        if self.min != 0:
+            args.append(f"min={self.min}")
+        if self.max is not INT_OO:
+            args.append(f"max={self.max}")
+        return f"Dim({', '.join(args)})"
+
+
+class DerivedDim:
+    """`coeff * root + offset`: a dimension defined by another (dx + 1, 2 * dx, 2 * dx + 1)."""
+
+    def __init__(self, root: Dim, coeff: int, offset: int):
+        self.root, self.coeff, self.offset = root, coeff, offset
+
+    def _check(self, other) -> int:
+        if not isinstance(other, int):
+            raise UnsupportedInputError(f"derived dims take integer arithmetic only, got {other!r}",
+                                        fix="write dims like dx + 1, 2 * dx or 2 * dx + 1")
+        return other
+
+    def __add__(self, other: int) -> "DerivedDim":
+        return DerivedDim(self.root, self.coeff, self.offset + self._check(other))
+
+    __radd__ = __add__
+
+    def __sub__(self, other: int) -> "DerivedDim":
+        return DerivedDim(self.root, self.coeff, self.offset - self._check(other))
+
+    def __mul__(self, other: int) -> "DerivedDim":
+        k = self._check(other)
+        if k <= 0:
+            raise UnsupportedInputError("derived dims must scale by a positive integer",
+                                        fix="write 2 * dx, not 0 * dx or -dx")
+        return DerivedDim(self.root, self.coeff * k, self.offset * k)
+
+    __rmul__ = __mul__
+
+    @property
+    def min(self) -> int:
+        return self.coeff * self.root.min + self.offset
+
+    @property
+    def max(self):
+        return INT_OO if self.root.max is INT_OO else self.coeff * self.root.max + self.offset
+
+    @property
+    def name(self) -> str:
+        text = self.root.name if self.coeff == 1 else f"{self.coeff}*{self.root.name}"
+        if self.offset:
+            text += f" + {self.offset}" if self.offset > 0 else f" - {-self.offset}"
+        return text
+
+    def __repr__(self) -> str:
+        return self.name
+
+
+def dims(*names: str, min: int | None = None, max: int | None = None) -> tuple[Dim, ...]:
+    """Several Dims with the same range: `batch, seq = dims("batch", "seq", max=512)`."""
+    return tuple(Dim(n, min=min, max=max) for n in names)
+
+
+class ShapesCollection:
+    """Dynamic shapes keyed by the input tensors themselves: `sc[x] = {0: batch}`."""
+
+    def __init__(self):
+        self._by_id: dict[int, tuple[Any, Any]] = {}
+
+    def __setitem__(self, tensor, spec) -> None:
+        self._by_id[id(tensor)] = (tensor, spec)
+
+    def __getitem__(self, tensor):
+        return self._by_id[id(tensor)][1]
+
+    def __contains__(self, tensor) -> bool:
+        return id(tensor) in self._by_id
+
+    def spec_for(self, tensor):
+        entry = self._by_id.get(id(tensor))
+        return None if entry is None else entry[1]
+
+    def dynamic_shapes(self, model, args: tuple, kwargs: dict | None = None):
+        """The equivalent nested spec, for code that wants torch.export's form."""
+        from torch.utils import _pytree as pytree
+        return pytree.tree_map(lambda t: self.spec_for(t) if hasattr(t, "shape") else None,
+                               (tuple(args), dict(kwargs or {})))

@@ -1,0 +1,158 @@
+"""The shape environment: size symbols, their ranges, and the guards tracing records.
+
+Every dynamic dimension is a symbol with a declared range and a hint (its size in the
+example inputs). When the program asks a question about sizes, the answer comes from
+the ranges if they settle it; otherwise from the hints, and the answer is recorded as a
+guard, with the user's source line, for the soundness check after tracing. A guard that
+equates a symbol with an expression becomes a replacement, so later expressions simplify.
+
+Like torch.export, reasoning may assume dynamic sizes are at least 2 (sizes 0 and 1 are
+specialized). Unlike it, graphport remembers each symbol whose answers needed that
+assumption (and whether >= 1 was enough), and the runtime check refuses the sizes the
+capture is not valid for instead of running them.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import sympy
+
+from ..source import SourceLocation, innermost_user_location
+from .expr import INF, ValueRange, decide
+
+
+@dataclass
+class Guard:
+    rel: sympy.Basic
+    location: SourceLocation | None
+
+
+@dataclass
+class SymbolInfo:
+    symbol: sympy.Symbol
+    hint: int
+    declared: ValueRange
+    dim_name: str                        # the user's Dim name, or an "input.size(d)" label
+    source: tuple[int, int]              # (flat input index, dimension) it was first read from
+    auto: bool = False                   # Dim.AUTO: guards refine it instead of failing
+
+
+@dataclass
+class ShapeEnv:
+    symbols: dict[sympy.Symbol, SymbolInfo] = field(default_factory=dict)
+    replacements: dict[sympy.Symbol, sympy.Expr] = field(default_factory=dict)
+    guards: list[Guard] = field(default_factory=list)
+    # symbol -> smallest size the capture's decisions hold for (1 or 2), where that
+    # exceeds its declared minimum: sizes below it need their own export.
+    assumed_min: dict[sympy.Symbol, int] = field(default_factory=dict)
+    assumption_sites: dict[sympy.Symbol, SourceLocation | None] = field(default_factory=dict)
+    _simplified: dict = field(default_factory=dict)
+
+    # -- symbols ------------------------------------------------------------------------
+
+    def create_symbol(self, hint: int, declared: ValueRange, dim_name: str, source: tuple[int, int],
+                      auto: bool = False) -> sympy.Symbol:
+        sym = sympy.Symbol(f"s{len(self.symbols)}", integer=True, nonnegative=True)
+        self.symbols[sym] = SymbolInfo(sym, hint, declared, dim_name, source, auto)
+        return sym
+
+    @property
+    def ranges(self) -> dict[sympy.Symbol, ValueRange]:
+        return {s: i.declared for s, i in self.symbols.items()}
+
+    def _assuming(self, least: int) -> dict[sympy.Symbol, ValueRange]:
+        return {s: ValueRange(max(i.declared.lower, least), i.declared.upper) for s, i in self.symbols.items()}
+
+    def _decide(self, rel: sympy.Basic, location: SourceLocation | None = None, record: bool = True):
+        """Settle `rel` from the ranges: declared first, then assuming sizes >= 1, then >= 2
+        (torch.export's 0/1 specialization); remember which assumption was needed."""
+        found = decide(rel, self.ranges)
+        if found is not None:
+            return found
+        for least in (1, 2):
+            found = decide(rel, self._assuming(least))
+            if found is not None:
+                if record:
+                    for sym in rel.free_symbols:
+                        if self.symbols[sym].declared.lower < least and self.assumed_min.get(sym, 0) < least:
+                            self.assumed_min[sym] = least
+                            self.assumption_sites[sym] = location or innermost_user_location()
+                return found
+        return None
+
+    def hints(self) -> dict[sympy.Symbol, sympy.Integer]:
+        return {s: sympy.Integer(i.hint) for s, i in self.symbols.items()}
+
+    # -- expressions --------------------------------------------------------------------
+
+    def simplify(self, expr: sympy.Basic) -> sympy.Basic:
+        if not self.replacements or not getattr(expr, "free_symbols", None):
+            return expr
+        key = (expr, len(self.replacements))
+        found = self._simplified.get(key)
+        if found is None:
+            found = expr.xreplace(self.replacements)
+            if found != expr:
+                found = sympy.expand(found) if found.is_Add or found.is_Mul else found
+            self._simplified[key] = found
+        return found
+
+    def hint_of(self, expr: sympy.Basic):
+        value = sympy.sympify(self.simplify(expr)).xreplace(self.hints())
+        if value is sympy.true or value is sympy.false:
+            return bool(value)
+        if value.is_Integer:
+            return int(value)
+        if value.is_Number:
+            return float(value)
+        if isinstance(value, sympy.core.relational.Relational) or isinstance(value, sympy.logic.boolalg.Boolean):
+            return bool(sympy.simplify(value))
+        return value.evalf()
+
+    def static_value(self, rel: sympy.Basic) -> bool | None:
+        """The relation's truth if the declared ranges (plus sizes >= 2) settle it, without guarding."""
+        return self._decide(self.simplify(rel), record=False)
+
+    # -- guards -------------------------------------------------------------------------
+
+    def evaluate(self, rel: sympy.Basic, location: SourceLocation | None = None) -> bool:
+        """Answer a question about sizes, recording a guard when the ranges do not settle it."""
+        rel = self.simplify(rel)
+        if rel is sympy.true or rel is sympy.false:
+            return bool(rel)
+        found = self._decide(rel, location)
+        if found is not None:
+            return found
+        value = bool(self.hint_of(rel))
+        guard = rel if value else sympy.Not(rel)
+        self.guards.append(Guard(guard, location or innermost_user_location()))
+        if isinstance(guard, sympy.Eq):
+            self._replace(guard)
+        return value
+
+    def _replace(self, eq: sympy.Eq) -> None:
+        """Turn `newer_symbol == expr` into a replacement so later sizes simplify."""
+        diff = sympy.expand(eq.lhs - eq.rhs)
+        candidates = sorted((s for s in diff.free_symbols if diff.coeff(s) in (1, -1)
+                             and s not in diff.coeff(s).free_symbols),
+                            key=lambda s: int(str(s)[1:]), reverse=True)
+        for sym in candidates:
+            coeff = diff.coeff(sym)
+            rest = sympy.expand(diff - coeff * sym)
+            if sym not in rest.free_symbols:
+                value = -rest / coeff
+                self.replacements = {k: v.xreplace({sym: value}) for k, v in self.replacements.items()}
+                self.replacements[sym] = value
+                return
+
+    def specialize(self, expr: sympy.Expr, location: SourceLocation | None = None) -> int:
+        """The program needs a size as a Python int: it becomes a constant, guarded."""
+        expr = sympy.sympify(self.simplify(expr))
+        value = self.hint_of(expr)
+        if not expr.is_Integer:
+            self.evaluate(sympy.Eq(expr, value), location)
+        return int(value)
+
+
+def infinite(value) -> bool:
+    return value == INF

@@ -1,0 +1,240 @@
+"""Shape expressions: sympy integers over size symbols, their value ranges, and bounds.
+
+Sizes are sympy expressions over nonnegative integer symbols. Comparisons between them
+are decided, where possible, from the symbols' ranges by interval arithmetic (`bounds`);
+only what ranges cannot decide becomes a guard.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import sympy
+
+INF = sympy.oo
+
+
+class FloorDiv(sympy.Function):
+    """Integer floor division `a // b` (sympy's floor(a / b) brings in rationals)."""
+    is_integer = True
+
+    @classmethod
+    def eval(cls, a, b):
+        if b == 1:
+            return a
+        if a.is_Integer and b.is_Integer:
+            return sympy.Integer(int(a) // int(b))
+        if a == 0:
+            return sympy.Integer(0)
+        if not b.is_Integer:
+            quotient = _exact_quotient(a, b)
+            if quotient is not None:
+                return quotient
+        if b.is_Integer and b > 0:
+            # (k*b*x + c) // b == k*x + c // b, for integer parts divisible by b
+            if a.is_Mul and a.args[0].is_Integer and int(a.args[0]) % int(b) == 0:
+                return sympy.Integer(int(a.args[0]) // int(b)) * sympy.Mul(*a.args[1:])
+            if a.is_Add:
+                divisible = [t for t in a.args if _divisible(t, int(b))]
+                if divisible:
+                    rest = sympy.Add(*[t for t in a.args if t not in divisible])
+                    return sympy.Add(*[sympy.simplify(t / b) for t in divisible]) + FloorDiv(rest, b)
+        return None
+
+    def _sympystr(self, printer):
+        return f"(({printer._print(self.args[0])})//({printer._print(self.args[1])}))"
+
+
+class Mod(sympy.Function):
+    """Integer `a % b` for b > 0, with Python's semantics."""
+    is_integer = True
+    is_nonnegative = True
+
+    @classmethod
+    def eval(cls, a, b):
+        if a.is_Integer and b.is_Integer:
+            return sympy.Integer(int(a) % int(b))
+        if a == b or a == 0:
+            return sympy.Integer(0)
+        if b.is_Integer and _divisible(a, int(b)):
+            return sympy.Integer(0)
+        if not b.is_Integer and _divides_polynomially(a, b):
+            return sympy.Integer(0)
+        return None
+
+    def _sympystr(self, printer):
+        return f"Mod({printer._print(self.args[0])}, {printer._print(self.args[1])})"
+
+
+def _exact_quotient(a, b):
+    """a / b when it is a polynomial with integer coefficients (s0*s1 // s0 == s1)."""
+    if not (a.free_symbols or b.free_symbols) or isinstance(a, (FloorDiv, Mod)) or isinstance(b, (FloorDiv, Mod)):
+        return None
+    try:
+        quotient, remainder = sympy.div(a, b)
+        if remainder != 0:
+            return None
+        poly = sympy.Poly(quotient, *(quotient.free_symbols or [sympy.Dummy()]))
+    except (sympy.PolynomialError, sympy.polys.polyerrors.PolificationFailed, sympy.polys.polyerrors.GeneratorsNeeded):
+        return None
+    return quotient if all(c.is_Integer for c in poly.coeffs()) else None
+
+
+def _divides_polynomially(a, b) -> bool:
+    return _exact_quotient(a, b) is not None
+
+
+def _divisible(term, k: int) -> bool:
+    if term.is_Add:
+        return all(_divisible(t, k) for t in term.args)
+    if term.is_Integer:
+        return int(term) % k == 0
+    if term.is_Mul and term.args[0].is_Integer:
+        return int(term.args[0]) % k == 0
+    return False
+
+
+@dataclass(frozen=True)
+class ValueRange:
+    """Inclusive integer range; `upper` may be infinite. Prints as torch.export's `VR[lo, hi]`."""
+    lower: int | sympy.Expr
+    upper: int | sympy.Expr
+
+    def __repr__(self) -> str:
+        hi = "int_oo" if self.upper == INF else str(self.upper)
+        return f"VR[{self.lower}, {hi}]"
+
+    def contains(self, value: int) -> bool:
+        return self.lower <= value and (self.upper == INF or value <= self.upper)
+
+    def is_singleton(self) -> bool:
+        return self.lower == self.upper
+
+
+def _mul(a, b):
+    if a == 0 or b == 0:
+        return 0
+    return a * b
+
+
+def bounds(expr: sympy.Expr, ranges: dict[sympy.Symbol, ValueRange]) -> tuple:
+    """(lowest, highest) value `expr` can take when every symbol lies in its range."""
+    if expr.is_Integer or expr.is_Number:
+        return expr, expr
+    if expr.is_Symbol:
+        r = ranges.get(expr)
+        return (r.lower, r.upper) if r is not None else (-INF, INF)
+    if expr.is_Add:
+        lo = hi = sympy.Integer(0)
+        for arg in expr.args:
+            a, b = bounds(arg, ranges)
+            lo, hi = lo + a, hi + b
+        return lo, hi
+    if expr.is_Mul:
+        lo = hi = sympy.Integer(1)
+        for arg in expr.args:
+            a, b = bounds(arg, ranges)
+            products = [_mul(lo, a), _mul(lo, b), _mul(hi, a), _mul(hi, b)]
+            lo, hi = min(products), max(products)
+        return lo, hi
+    if isinstance(expr, FloorDiv):
+        (a_lo, a_hi), (b_lo, b_hi) = bounds(expr.args[0], ranges), bounds(expr.args[1], ranges)
+        if b_lo > 0 and a_lo >= 0:
+            return (sympy.floor(a_lo / b_hi) if b_hi != INF else 0,
+                    sympy.floor(a_hi / b_lo) if a_hi != INF else INF)
+        return -INF, INF
+    if isinstance(expr, Mod):
+        b_lo, b_hi = bounds(expr.args[1], ranges)
+        return 0, (b_hi - 1 if b_hi != INF else INF)
+    if isinstance(expr, (sympy.Max, sympy.Min)):
+        pairs = [bounds(a, ranges) for a in expr.args]
+        pick = max if isinstance(expr, sympy.Max) else min
+        return pick(p[0] for p in pairs), pick(p[1] for p in pairs)
+    if expr.is_Pow and expr.exp.is_Integer and expr.exp > 0:
+        lo, hi = bounds(expr.base, ranges)
+        if lo >= 0:
+            return lo ** expr.exp, hi ** expr.exp
+    return -INF, INF
+
+
+def refine(expr: sympy.Basic, ranges: dict[sympy.Symbol, ValueRange]) -> sympy.Basic:
+    """Drop Max/Min/Mod/FloorDiv whose outcome the ranges settle (Max(1, s) -> s when s >= 1)."""
+    if not getattr(expr, "args", None) or not expr.free_symbols:
+        return expr
+    args = [refine(a, ranges) for a in expr.args]
+    if isinstance(expr, (sympy.Max, sympy.Min)) and len(args) == 2:
+        lo, hi = bounds(sympy.expand(args[0] - args[1]), ranges)
+        if isinstance(expr, sympy.Max):
+            return args[0] if lo >= 0 else args[1] if hi <= 0 else expr.func(*args)
+        return args[1] if lo >= 0 else args[0] if hi <= 0 else expr.func(*args)
+    if isinstance(expr, (Mod, FloorDiv)):
+        a_lo, _ = bounds(args[0], ranges)
+        gap_lo, _ = _sign_bounds(sympy.expand(args[1] - args[0]), ranges)
+        if a_lo >= 0 and gap_lo > 0:  # 0 <= a < b
+            return args[0] if isinstance(expr, Mod) else sympy.Integer(0)
+    if expr.is_Relational:
+        return expr.func(*args, evaluate=False) if args != list(expr.args) else expr
+    return expr.func(*args) if args != list(expr.args) else expr
+
+
+def _sign_bounds(diff: sympy.Expr, ranges) -> tuple:
+    """Bounds of a difference, tighter than `bounds` on sums whose terms move together:
+    s*s - s factors to s*(s - 1); s//2 - s is at most s/2 - s."""
+    lo, hi = bounds(diff, ranges)
+    if not diff.is_Add or (lo != -INF and hi != INF and lo * hi > 0):
+        return lo, hi
+    floor_terms = [t for t in diff.args if isinstance(t, FloorDiv) or (
+        t.is_Mul and any(isinstance(f, FloorDiv) for f in t.args))]
+    if len(floor_terms) == 1:
+        term = floor_terms[0]
+        div = term if isinstance(term, FloorDiv) else next(f for f in term.args if isinstance(f, FloorDiv))
+        num, den = div.args
+        if den.is_Integer and den > 0:
+            coeff = sympy.simplify(term / div)
+            above = sympy.expand(diff.xreplace({div: num / den}))              # x // k <= x / k
+            below = sympy.expand(diff.xreplace({div: (num - den + 1) / den}))  # x // k >= (x - k + 1) / k
+            if coeff.is_negative:
+                above, below = below, above
+            lo, hi = max(lo, _sign_bounds(below, ranges)[0]), min(hi, _sign_bounds(above, ranges)[1])
+            return lo, hi
+    factored = sympy.factor(diff)
+    if factored.is_Mul:
+        f_lo, f_hi = bounds(factored, ranges)
+        lo, hi = max(lo, f_lo), min(hi, f_hi)
+    return lo, hi
+
+
+def decide(rel: sympy.Basic, ranges: dict[sympy.Symbol, ValueRange]) -> bool | None:
+    """True/False if the ranges settle the relation `rel`, else None."""
+    if rel is sympy.true or rel is sympy.false:
+        return bool(rel)
+    if isinstance(rel, sympy.Not):
+        inner = decide(rel.args[0], ranges)
+        return None if inner is None else not inner
+    if isinstance(rel, (sympy.And, sympy.Or)):
+        parts = [decide(a, ranges) for a in rel.args]
+        if isinstance(rel, sympy.And):
+            return False if False in parts else (True if all(p is True for p in parts) else None)
+        return True if True in parts else (False if all(p is False for p in parts) else None)
+    if not isinstance(rel, sympy.core.relational.Relational):
+        return None
+    rel = refine(rel, ranges)
+    if rel is sympy.true or rel is sympy.false:
+        return bool(rel)
+    lo, hi = _sign_bounds(sympy.expand(rel.lhs - rel.rhs), ranges)
+    op = rel.rel_op
+    if op == "==":
+        if lo == hi == 0:
+            return True
+        return False if (lo > 0 or hi < 0) else None
+    if op == "!=":
+        inner = decide(sympy.Eq(rel.lhs, rel.rhs, evaluate=False), ranges)
+        return None if inner is None else not inner
+    if op == "<":
+        return True if hi < 0 else (False if lo >= 0 else None)
+    if op == "<=":
+        return True if hi <= 0 else (False if lo > 0 else None)
+    if op == ">":
+        return True if lo > 0 else (False if hi <= 0 else None)
+    if op == ">=":
+        return True if lo >= 0 else (False if hi < 0 else None)
+    return None

@@ -1,0 +1,221 @@
+"""From the user's `dynamic_shapes` to symbolic sizes for every input tensor.
+
+Each input leaf's pytree path is walked through the spec, so a dict keyed by argument
+name, a tuple in argument order, nested containers and a ShapesCollection all align the
+same way. One symbol is created per Dim (named s0, s1, ... in order of first use); a
+derived dim is an expression over its root's symbol; Dim.AUTO and Dim.DYNAMIC get a
+symbol of their own. Example sizes are checked against every Dim's range and relations.
+"""
+from __future__ import annotations
+
+import warnings
+from dataclasses import dataclass, field
+from typing import Any
+
+import sympy
+import torch
+from torch.utils import _pytree as pytree
+
+from ..errors import ConstraintViolationError, UnsupportedInputError
+from .dims import INT_OO, DerivedDim, Dim, ShapesCollection, _DimHint
+from .env import ShapeEnv
+from .expr import ValueRange
+
+
+@dataclass
+class InputShapes:
+    env: ShapeEnv
+    sizes: dict[int, list]                          # flat leaf index -> per-dim int or sympy expr
+    dims: dict[sympy.Symbol, Dim] = field(default_factory=dict)    # root symbol -> its Dim
+    kinds: dict[sympy.Symbol, str] = field(default_factory=dict)   # "dim", "auto" or "dynamic"
+    specialized: list[str] = field(default_factory=list)           # what ended up static, and why
+
+
+def _describe(tree) -> str:
+    def show(x):
+        if isinstance(x, torch.Tensor):
+            return f"Tensor{list(x.shape)}"
+        if isinstance(x, dict):
+            return "{" + ", ".join(f"{k!r}: {show(v)}" for k, v in x.items()) + "}"
+        if isinstance(x, (list, tuple)):
+            inner = ", ".join(show(v) for v in x)
+            return f"[{inner}]" if isinstance(x, list) else f"({inner}{',' if len(x) == 1 else ''})"
+        return repr(x)
+    return show(tree)
+
+
+def _spec_error(what: str, inputs, spec) -> UnsupportedInputError:
+    return UnsupportedInputError(
+        f"dynamic_shapes does not match the inputs: {what}\n"
+        f"    inputs:         {_describe(inputs)}\n"
+        f"    dynamic_shapes: {_describe(spec)}",
+        fix="give dynamic_shapes the inputs' structure: a dict keyed by argument name (or a tuple in argument "
+            "order), and per tensor a dict {dim: Dim(...)} or a tuple with one entry per dim (None = static)")
+
+
+def _top_level(spec, args: tuple, kwargs: dict, arg_names: list[str]):
+    """The spec as (positional specs, keyword specs), aligned with (args, kwargs)."""
+    inputs = {**dict(zip(arg_names, args)), **kwargs}
+    if isinstance(spec, dict):
+        unknown = [k for k in spec if k not in inputs]
+        if unknown:
+            raise _spec_error(f"keys {unknown} name no argument (arguments: {list(inputs)})", inputs, spec)
+        return [spec.get(n) for n in arg_names], {k: spec.get(k) for k in kwargs}
+    if isinstance(spec, (tuple, list)):
+        if len(spec) == len(args):
+            return list(spec), {k: None for k in kwargs}
+        if len(spec) == len(args) + len(kwargs):
+            return list(spec[:len(args)]), dict(zip(kwargs, spec[len(args):]))
+        raise _spec_error(f"{len(spec)} entries for {len(args)} positional and {len(kwargs)} keyword arguments",
+                          inputs, spec)
+    raise _spec_error(f"expected a dict or a tuple, got a {type(spec).__qualname__}", inputs, spec)
+
+
+def _walk(spec, path: tuple, inputs, whole_spec):
+    """The part of `spec` at a leaf's path below the top level; None means static."""
+    for key in path:
+        if spec is None:
+            return None
+        if isinstance(key, pytree.MappingKey):
+            if not isinstance(spec, dict):
+                raise _spec_error(f"expected a dict of specs at key {key.key!r}, got {spec!r}", inputs, whole_spec)
+            spec = spec.get(key.key)
+        elif isinstance(key, pytree.SequenceKey):
+            if not isinstance(spec, (list, tuple)) or _is_tensor_spec(spec):
+                raise _spec_error(f"expected a list/tuple of specs at index {key.idx}, got {spec!r}", inputs,
+                                  whole_spec)
+            if key.idx >= len(spec):
+                raise _spec_error(f"the spec has {len(spec)} entries where the input has more", inputs, whole_spec)
+            spec = spec[key.idx]
+        elif isinstance(key, pytree.GetAttrKey):
+            spec = spec.get(key.name) if isinstance(spec, dict) else getattr(spec, key.name, None)
+    return spec
+
+
+def _is_tensor_spec(spec) -> bool:
+    items = spec.values() if isinstance(spec, dict) else spec if isinstance(spec, (list, tuple)) else ()
+    return any(isinstance(v, (Dim, DerivedDim, _DimHint, int)) for v in items)
+
+
+def _per_dim(spec, tensor: torch.Tensor, where: str, inputs, whole_spec) -> dict[int, Any]:
+    if spec is None:
+        return {}
+    if isinstance(spec, _DimHint):
+        return {d: spec for d in range(tensor.dim())}
+    if isinstance(spec, dict):
+        out = {}
+        for d, item in spec.items():
+            if not isinstance(d, int) or not -tensor.dim() <= d < tensor.dim():
+                raise _spec_error(f"{where} has {tensor.dim()} dims; the spec names dim {d!r}", inputs, whole_spec)
+            out[d % tensor.dim()] = item
+        return out
+    if isinstance(spec, (list, tuple)):
+        if len(spec) != tensor.dim():
+            raise _spec_error(f"{where} has {tensor.dim()} dims; its spec has {len(spec)} entries", inputs,
+                              whole_spec)
+        return dict(enumerate(spec))
+    raise _spec_error(f"the spec of {where} is {spec!r}; expected a dict, tuple or list of Dims", inputs,
+                      whole_spec)
+
+
+def resolve(dynamic_shapes, args: tuple, kwargs: dict, arg_names: list[str], paths: list[str]) -> InputShapes:
+    """Symbolic sizes for every tensor input, and the shape environment that owns them."""
+    flat = pytree.tree_flatten_with_path((args, kwargs))[0]
+    inputs = {**dict(zip(arg_names, args)), **kwargs}
+    per_leaf: dict[int, dict[int, Any]] = {}
+    if isinstance(dynamic_shapes, ShapesCollection):
+        for i, (_, leaf) in enumerate(flat):
+            if isinstance(leaf, torch.Tensor):
+                per_leaf[i] = _per_dim(dynamic_shapes.spec_for(leaf), leaf, paths[i], inputs, dynamic_shapes)
+    else:
+        positional, keyword = _top_level(dynamic_shapes, args, kwargs, arg_names)
+        for i, (path, leaf) in enumerate(flat):
+            group, first, rest = path[0].idx, path[1], path[2:]
+            top = positional[first.idx] if group == 0 else keyword.get(first.key)
+            spec = _walk(top, rest, inputs, dynamic_shapes)
+            if not isinstance(leaf, torch.Tensor):
+                if spec is not None:
+                    raise _spec_error(f"{paths[i]} is a {type(leaf).__qualname__}, not a tensor, so it takes no "
+                                      f"shape spec (got {spec!r}); Python values are specialized", inputs,
+                                      dynamic_shapes)
+                continue
+            per_leaf[i] = _per_dim(spec, leaf, paths[i], inputs, dynamic_shapes)
+    return _create_symbols(flat, per_leaf, paths)
+
+
+def _create_symbols(flat, per_leaf: dict[int, dict[int, Any]], paths: list[str]) -> InputShapes:
+    env = ShapeEnv()
+    shapes = InputShapes(env, {})
+    by_name: dict[str, tuple[Dim, sympy.Symbol]] = {}
+    violations = []
+    for i, (_, leaf) in enumerate(flat):
+        if not isinstance(leaf, torch.Tensor):
+            continue
+        sizes: list = list(leaf.shape)
+        for d, item in per_leaf.get(i, {}).items():
+            size = leaf.shape[d]
+            where = f"{paths[i]}.shape[{d}]"
+            if item is None or item is Dim.STATIC or isinstance(item, int):
+                if isinstance(item, int) and item != size:
+                    violations.append(f"- {where} is {size} in the example, but the spec fixes it to {item}")
+                continue
+            if isinstance(item, _DimHint):
+                if size in (0, 1):
+                    message = (f"{where} is marked Dim.{item.kind} but its example size is {size}; sizes 0 and 1 "
+                               f"are specialized, so it is static. Use an example with {where} >= 2 to keep it "
+                               "dynamic")
+                    if item is Dim.DYNAMIC:
+                        violations.append("- " + message)
+                    else:
+                        shapes.specialized.append(message)
+                    continue
+                sym = env.create_symbol(size, ValueRange(2, INT_OO), f"{paths[i]}_size_{d}", (i, d),
+                                        auto=item is Dim.AUTO)
+                shapes.kinds[sym] = "auto" if item is Dim.AUTO else "dynamic"
+                sizes[d] = sym
+                continue
+            if not isinstance(item, (Dim, DerivedDim)):
+                raise _spec_error(f"the spec of {where} is {item!r}; expected a Dim, Dim.AUTO/DYNAMIC/STATIC or None",
+                                  paths, per_leaf)
+            root = item.root if isinstance(item, DerivedDim) else item
+            coeff, offset = (item.coeff, item.offset) if isinstance(item, DerivedDim) else (1, 0)
+            if size in (0, 1) and isinstance(item, Dim):
+                violations.append(
+                    f"- {where} is marked dynamic by {root!r}, but its example size is {size}: sizes 0 and 1 are "
+                    f"specialized (as in torch.export), so the capture could not be valid for the range. Use an "
+                    f"example input with {where} >= 2")
+                continue
+            if not item.min <= size <= item.max:
+                violations.append(f"- {where} is {size} in the example, outside the range [{item.min}, "
+                                  f"{'inf' if item.max is INT_OO else item.max}] of {item!r}")
+                continue
+            if (size - offset) % coeff:
+                violations.append(f"- {where} is {size}, which is not of the form {item.name} for an integer "
+                                  f"{root.name}")
+                continue
+            root_hint = (size - offset) // coeff
+            known = by_name.get(root.name)
+            if known is None:
+                sym = env.create_symbol(root_hint, ValueRange(root.min, root.max), root.name, (i, d))
+                by_name[root.name] = (root, sym)
+                shapes.dims[sym] = root
+                shapes.kinds[sym] = "dim"
+            else:
+                known_dim, sym = known
+                if (known_dim.min, known_dim.max) != (root.min, root.max):
+                    violations.append(f"- two different Dims are named '{root.name}': {known_dim!r} and {root!r}")
+                    continue
+                if env.symbols[sym].hint != root_hint:
+                    violations.append(
+                        f"- {where} is {size}, so {root.name} would be {root_hint}, but an earlier input makes "
+                        f"{root.name} = {env.symbols[sym].hint}: inputs sharing a Dim need consistent example sizes")
+                    continue
+            sizes[d] = coeff * sym + offset
+        shapes.sizes[i] = sizes
+    if violations:
+        raise ConstraintViolationError("the example inputs do not fit dynamic_shapes:\n" + "\n".join(violations),
+                                       fix="change the example inputs or the Dims so that every example size lies "
+                                           "in its Dim's range and relations")
+    for message in shapes.specialized:
+        warnings.warn(message, stacklevel=4)
+    return shapes
