@@ -391,3 +391,92 @@ def test_symint_floordiv_on_a_dynamic_dim_is_recorded():
     assert_same_range_constraints(ep, ref)
     for c in (4, 9, 64):
         assert_matches_eager(ep, halves, (torch.randn(3, c),), what=f"at {c}")
+
+
+# ---------------------------------------------------------------------------- agreement corpus
+
+def _pad_to_8(x):
+    return torch.nn.functional.pad(x, (0, 0, 0, (8 - x.shape[0] % 8) % 8))
+
+
+CORPUS = {
+    "slice_half": lambda x: x[: x.shape[0] // 2] * 2,
+    "slice_inner": lambda x: x[1:-1] + 1,
+    "last_row": lambda x: x[-1] * 3,
+    "unflatten_two": lambda x: x.unflatten(0, (2, -1)).sum(1),
+    "reshape_pairs": lambda x: x[:, :3].reshape(-1, 2),
+    "split_by_two": lambda x: torch.split(x, 2),
+    "chunk_two": lambda x: x.chunk(2),
+    "repeat": lambda x: x.repeat(2, 1) + 1,
+    "expand_new_dim": lambda x: x[None].expand(3, -1, -1) * 2,
+    "sym_max": lambda x: x.new_zeros(max(x.shape[0], 3)) + 1,
+    "sym_min": lambda x: x[: min(x.shape[0], 5)] + 1,
+    "times_size": lambda x: x * x.shape[0],
+    "full_of_size": lambda x: torch.full((x.shape[0],), x.shape[0]),
+    "mean_by_size": lambda x: x.sum(0) / x.shape[0],
+    "gt_one": lambda x: x + 1 if x.shape[0] > 1 else x - 1,
+    "gt_two": lambda x: x + 1 if x.shape[0] > 2 else x - 1,
+    "pad_to_multiple_of_8": _pad_to_8,
+    "gram": lambda x: x @ x.T,
+    "stack_flip": lambda x: torch.stack([x, x.flip(0)]),
+    "topk_two": lambda x: x.topk(2, dim=0).values,
+    "unfold_windows": lambda x: x.unfold(0, 2, 1),
+    "cumsum": lambda x: x.cumsum(0),
+    "arange_outer": lambda x: torch.arange(x.shape[0])[:, None] * x,
+}
+
+SWEEP = [0, 1, 2, 3, 5, 8, 13, 64, 65]
+
+
+def _verdict(export, fn, spec):
+    try:
+        return export(fn, spec), None
+    except Exception as e:  # noqa: BLE001 (which exception is checked by the caller)
+        return None, e
+
+
+@pytest.mark.parametrize("kind", ["Dim", "AUTO"])
+@pytest.mark.parametrize("name", sorted(CORPUS))
+def test_accepts_and_refuses_like_torch_export_and_never_answers_wrong(name, kind):
+    fn = CORPUS[name]
+    x = torch.randn(6, 4)
+
+    def spec(api):
+        return {"x": {0: api.Dim("s", max=64) if kind == "Dim" else api.Dim.AUTO}}
+    ref, ref_err = _verdict(lambda f, s: torch_export(f, (x,), dynamic_shapes=s(torch.export)), fn, spec)
+    ep, err = _verdict(lambda f, s: gp.export(f, (x,), dynamic_shapes=s(gp)), fn, spec)
+    if ref is None:
+        assert ep is None, f"torch.export refuses ({torch_fix_message(ref_err)}) but graphport accepts"
+        assert isinstance(err, gp.ConstraintViolationError), f"expected a ConstraintViolationError, got {err!r}"
+        return
+    assert ep is not None, f"torch.export accepts but graphport refuses: {err}"
+    assert_same_range_constraints(ep, ref)
+    mine, theirs = ep.module(), ref.module()
+    for n in SWEEP:
+        xn = torch.randn(n, 4)
+        try:
+            expected = fn(xn.clone())
+        except Exception as eager_err:  # noqa: BLE001
+            # eager itself fails at this size: the program must fail too, with our error or eager's
+            with pytest.raises((gp.GraphportError, type(eager_err))):
+                mine(xn.clone())
+            continue
+        try:
+            got = mine(xn.clone())
+        except gp.InputMismatchError:
+            got = None
+        if got is not None:
+            assert_same_values_at(expected, got, n)
+            continue
+        try:   # graphport refused: fine unless torch.export's program answers right at n >= 2
+            torch_got = theirs(xn.clone())
+        except Exception:  # noqa: BLE001
+            continue
+        if n >= 2:
+            assert_same_values_at(expected, torch_got, n)
+            raise AssertionError(f"graphport refuses size {n}, which torch.export's program runs correctly")
+
+
+def assert_same_values_at(expected, got, n):
+    from .helpers import assert_same_values
+    assert_same_values(expected, got, f"outputs at size {n}")
