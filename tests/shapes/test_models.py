@@ -46,10 +46,24 @@ def _t5_spec(api):
             "decoder_input_ids": {0: batch, 1: api.Dim("dec", max=128)}, "use_cache": None}
 
 
+def _masked_inputs(b, s):
+    mask = torch.ones(b, s, dtype=torch.long)
+    mask[0, s // 2 + 1:] = 0          # first sequence padded
+    return (_ids(b, s),), {"attention_mask": mask}
+
+
+def _masked_spec(api):
+    batch, seq = api.Dim("batch", max=64), api.Dim("seq", max=128)
+    return {"input_ids": {0: batch, 1: seq}, "attention_mask": {0: batch, 1: seq}}
+
+
 MODELS = {
     "bert": (lambda: tf.BertModel(tf.BertConfig(vocab_size=1000, num_hidden_layers=2, hidden_size=64,
                                                 num_attention_heads=4, intermediate_size=128)),
              lambda b, s: _text_inputs(b, s), lambda api: _text_spec(api, cached=False)),
+    "bert_with_padding_mask": (lambda: tf.BertModel(tf.BertConfig(vocab_size=1000, num_hidden_layers=2, hidden_size=64,
+                                                                  num_attention_heads=4, intermediate_size=128)),
+                               lambda b, s: _masked_inputs(b, s), _masked_spec),
     "gpt2": (lambda: tf.GPT2LMHeadModel(tf.GPT2Config(vocab_size=1000, n_layer=2, n_embd=64, n_head=4)),
              lambda b, s: _text_inputs(b, s, use_cache=False), _text_spec),
     "llama": (lambda: tf.LlamaForCausalLM(tf.LlamaConfig(vocab_size=1000, num_hidden_layers=2, hidden_size=64,
@@ -127,6 +141,15 @@ def test_t5_batch_shared_by_encoder_and_decoder_inputs():
     assert "decoder_input_ids" in str(info.value) or "input_ids" in str(info.value), str(info.value)
 
 
+def test_padding_mask_must_share_batch_and_seq_with_input_ids():
+    module = _exported("bert_with_padding_mask").module()
+    args, kwargs = _masked_inputs(3, 9)
+    for bad in (kwargs["attention_mask"][:, :8], kwargs["attention_mask"][:2]):
+        with pytest.raises(gp.InputMismatchError) as info:
+            module(*args, attention_mask=bad)
+        assert "attention_mask" in str(info.value), str(info.value)
+
+
 def test_t5_decoder_length_is_independent():
     module = _exported("t5").module()
     for s, dec in [(10, 3), (4, 20)]:
@@ -142,6 +165,7 @@ def test_t5_decoder_length_is_independent():
 INF = float("inf")
 TORCH_RANGES = {
     "bert": {"in0_d0": (0, 64), "in0_d1": (0, 128)},
+    "bert_with_padding_mask": {"in0_d0": (0, 64), "in0_d1": (0, 128)},
     "gpt2": {"in0_d0": (0, 64), "in0_d1": (0, 128)},
     "llama": {"in0_d0": (0, 64), "in0_d1": (0, 128)},
     "vit": {"in0_d0": (0, 64)},

@@ -183,3 +183,97 @@ def test_broken_relation_is_refused(name):
         with pytest.raises(gp.GraphportError):
             module(*prog.unrelated(sizes))
     check()
+
+
+# ---------------------------------------------------------------------------- Dim.AUTO guards
+
+# Dim.AUTO programs whose guards are not ranges (divisibility, equalities): every size is
+# either answered like eager or refused with a graphport error, and sizes that satisfy
+# the guard run.
+AUTO_PROGS = {
+    # n = 2 makes the inferred size 1: torch.export refuses it too (guard x.size()[0] != 2)
+    "unflatten_pairs": (lambda x: x.unflatten(0, (2, -1)).sum(1), lambda n: n % 2 == 0 and n != 2),
+    "reshape_pairs": (lambda x: x[:, :3].reshape(-1, 2), lambda n: n % 2 == 0),
+    "pad_to_multiple_of_8": (lambda x: F.pad(x, (0, 0, 0, (8 - x.shape[0] % 8) % 8)), lambda n: True),
+    "view_threes": (lambda x: x.view(-1, 3) * 2, lambda n: n % 3 == 0),
+}
+
+
+@pytest.mark.parametrize("name", sorted(AUTO_PROGS))
+def test_dim_auto_guards_hold_at_every_size(name):
+    fn, runs = AUTO_PROGS[name]
+    ep = gp.export(fn, (torch.randn(6, 4),), dynamic_shapes={"x": {0: gp.Dim.AUTO, 1: gp.Dim.STATIC}})
+    module = ep.module()
+
+    @SETTINGS
+    @given(n=st.integers(2, 40))
+    def check(n):
+        x = torch.randn(n, 4)
+        try:
+            got = module(x.clone())
+        except gp.GraphportError:
+            assert not runs(n), f"size {n} satisfies the program's guards but was refused"
+            return
+        assert_matches_eager(ep, fn, (x,), what=f"at size {n}", module=module)
+        del got
+    check()
+
+
+# ---------------------------------------------------------------------------- masked attention
+
+class MaskedBlock(Block):
+    def forward(self, x, keep):
+        b, s, d = x.shape
+        q, k, v = self.qkv(self.ln1(x)).chunk(3, dim=-1)
+        q, k, v = (t.view(b, s, self.heads, d // self.heads).transpose(1, 2) for t in (q, k, v))
+        mask = keep[:, None, None, :] & torch.ones(s, s, dtype=torch.bool).tril()
+        att = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+        return x + self.proj(att.transpose(1, 2).reshape(b, s, d))
+
+
+MASKED = MaskedBlock().eval()
+
+
+def _masked_args(b, s, keep_s=None, keep_b=None):
+    keep = torch.ones(keep_b or b, keep_s or s, dtype=torch.bool)
+    keep[:, 0] = True
+    keep[0, s // 2:] = False
+    return torch.randn(b, s, 16), keep
+
+
+def _masked_spec(api):
+    b, s = api.Dim("batch", min=LO, max=HI), api.Dim("seq", min=LO, max=HI)
+    return {"x": {0: b, 1: s}, "keep": {0: b, 1: s}}
+
+
+@pytest.fixture(scope="module")
+def masked():
+    args = _masked_args(3, 6)
+    ref = torch_export(MASKED, args, dynamic_shapes=_masked_spec(torch.export))
+    ep = gp.export(MASKED, args, dynamic_shapes=_masked_spec(gp))
+    assert_same_range_constraints(ep, ref)
+    return ep
+
+
+def test_masked_block_matches_eager_in_range(masked):
+    module = masked.module()
+
+    @SETTINGS
+    @given(b=st.integers(LO, HI), s=st.integers(LO, HI))
+    def check(b, s):
+        torch.manual_seed(b * 100 + s)
+        assert_matches_eager(masked, MASKED, _masked_args(b, s), what=f"at batch {b}, seq {s}", module=module)
+    check()
+
+
+def test_masked_block_refuses_a_mask_of_another_shape(masked):
+    module = masked.module()
+
+    @SETTINGS
+    @given(b=st.integers(LO, HI), s=st.integers(LO, HI), db=st.integers(-1, 1), ds=st.integers(-1, 1))
+    def check(b, s, db, ds):
+        if (db, ds) == (0, 0) or not (LO <= b + db and LO <= s + ds):
+            return
+        with pytest.raises(gp.GraphportError):
+            module(*_masked_args(b, s, keep_b=b + db, keep_s=s + ds))
+    check()

@@ -20,6 +20,10 @@ from .helpers import (
 )
 
 
+# how a message may name dimension 0 of an input: x.shape[0], x.size(0), dim 0, dimension 0
+DIM0 = re.compile(r"shape\[0\]|size\(\)\[0\]|size\(0\)|\bdim(ension)? 0\b")
+
+
 # ---------------------------------------------------------------------------- (a) shared batch dim
 
 class TwoHeads(nn.Module):
@@ -92,6 +96,8 @@ def test_derived_dim_refuses_sizes_outside_range(derived, n):
     msg = str(info.value)
     assert re.search(r"\bx\b", msg), msg
     assert str(n) in msg, msg
+    assert DIM0.search(msg), f"the message should name dimension 0:\n{msg}"
+    assert "3" in msg and "6" in msg, f"the message should give the range [3, 6]:\n{msg}"
 
 
 @pytest.mark.parametrize("nx,ny", [(5, 5), (5, 7), (4, 6), (6, 6)])
@@ -102,6 +108,7 @@ def test_derived_dim_refuses_y_not_x_plus_1(derived, nx, ny):
     msg = str(info.value)
     assert re.search(r"\by\b", msg), msg
     assert str(ny) in msg and str(nx + 1) in msg, f"expected {nx + 1} and actual {ny} should be named:\n{msg}"
+    assert DIM0.search(msg), f"the message should name dimension 0:\n{msg}"
 
 
 # ---------------------------------------------------------------------------- (c) narrowing guard

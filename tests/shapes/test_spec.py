@@ -330,3 +330,26 @@ def test_invalid_dim_bounds():
         gp.Dim("b", min=10, max=5)
     with pytest.raises((gp.GraphportError, ValueError, AssertionError)):
         torch.export.Dim("b", min=10, max=5)
+
+
+@pytest.mark.parametrize("name,bad", [
+    ("derived_plus_one", lambda n: (r(n, 3), r(n + 2, 3))),
+    ("derived_two_dx", lambda n: (r(n, 3), r(2 * n + 1, 3))),
+    ("derived_two_dx_plus_one", lambda n: (r(n, 3), r(2 * n, 3))),
+    ("derived_chain", lambda n: (r(n, 3), r(n + 1, 3), r(2 * n + 4, 3))),
+    ("dict_by_name", lambda n: (r(n, 3), r(n + 1, 3))),
+    ("nested_dict_and_list", lambda n: ({"a": r(n, 3), "b": [r(n, 3), r(n + 1, 3)]},)),
+    ("tuple_input", lambda n: ((r(n, 3), r(n + 1, 5)),)),
+])
+def test_broken_relations_are_refused_at_call_time(name, bad):
+    module = _gp_export(name).module()
+    for n in (4, 7):
+        with pytest.raises(gp.InputMismatchError):
+            module(*bad(n))
+
+
+def test_kwargs_relation_is_refused_at_call_time():
+    module = _gp_export("kwargs").module()
+    with pytest.raises(gp.InputMismatchError) as info:
+        module(r(5, 3), mask=r(6, 3))
+    assert "mask" in str(info.value), str(info.value)
