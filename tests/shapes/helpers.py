@@ -112,14 +112,19 @@ def _user_input_placeholders(ep):
 def symbol_sources(ep) -> dict[str, str]:
     """Symbol name -> canonical name 'in{k}_d{d}' of the first user-input dim it sizes."""
     out: dict[str, str] = {}
+    sizes = []
     for k, node in enumerate(_user_input_placeholders(ep)):
         val = node.meta.get("val")
-        if not isinstance(val, torch.Tensor):
-            continue
-        for d, size in enumerate(val.shape):
-            text = str(size).strip()
-            if re.fullmatch(r"[A-Za-z_]\w*", text) and text not in out:
-                out[text] = f"in{k}_d{d}"
+        if isinstance(val, torch.Tensor):
+            sizes += [(k, d, str(size).strip()) for d, size in enumerate(val.shape)]
+    for k, d, text in sizes:
+        if re.fullmatch(r"[A-Za-z_]\w*", text) and text not in out:
+            out[text] = f"in{k}_d{d}"
+    # a derived dim whose root sizes no input (2*_s): the root is named after the dim it derives
+    for k, d, text in sizes:
+        unknown = {str(s) for s in sympy.sympify(text).free_symbols} - set(out)
+        if len(unknown) == 1:
+            out[unknown.pop()] = f"root_in{k}_d{d}"
     return out
 
 

@@ -480,3 +480,28 @@ def test_accepts_and_refuses_like_torch_export_and_never_answers_wrong(name, kin
 def assert_same_values_at(expected, got, n):
     from .helpers import assert_same_values
     assert_same_values(expected, got, f"outputs at size {n}")
+
+
+# ---------------------------------------------------------------------------- divisibility
+
+def test_divisibility_guard_suggests_a_derived_dim_that_refines_and_exports():
+    """torch.export suggests `_s = Dim('_s', min=1, max=oo)` and `s = 2*_s` for `x.shape[0] % 2 == 0`."""
+    from torch.export.dynamic_shapes import refine_dynamic_shapes_from_suggested_fixes
+    tspec = {"x": {0: torch.export.Dim("s")}}
+    with pytest.raises(Exception) as ref:
+        torch_export(is_even, (X8,), dynamic_shapes=tspec)
+    tmsg = torch_fix_message(ref.value)
+    assert suggested_fixes(tmsg) == ["_s = Dim('_s', min=1, max=oo)", "s = 2*_s"], tmsg
+    torch_export(is_even, (X8,), dynamic_shapes=refine_dynamic_shapes_from_suggested_fixes(tmsg, tspec))
+
+    spec = {"x": {0: gp.Dim("s")}}
+    msg = _export_refused(is_even, (X8,), spec)
+    assert_names_location(msg, HERE, "# GUARD-even")
+    fixes = suggested_fixes(msg)
+    assert "s = 2*_s" in fixes and any(f.startswith("_s = Dim('_s'") for f in fixes), msg
+    ep = gp.export(is_even, (X8,), dynamic_shapes=gp.refine_dynamic_shapes_from_suggested_fixes(msg, spec))
+    for n in (2, 6, 40):
+        assert_matches_eager(ep, is_even, (torch.randn(n, 4),), what=f"at {n}")
+    for n in (3, 7):
+        with pytest.raises(gp.InputMismatchError):
+            ep.module()(torch.randn(n, 4))
