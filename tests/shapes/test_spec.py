@@ -353,3 +353,16 @@ def test_kwargs_relation_is_refused_at_call_time():
     with pytest.raises(gp.InputMismatchError) as info:
         module(r(5, 3), mask=r(6, 3))
     assert "mask" in str(info.value), str(info.value)
+
+
+def test_derived_dim_whose_root_sizes_no_input():
+    """{"y": {0: dx + 1}} alone: dx is a hidden root (torch.export accepts it too)."""
+    def shifted(y):
+        return y[1:] * 2
+    torch_export(shifted, (r(8, 3),), dynamic_shapes={"y": {0: torch.export.Dim("dx", max=32) + 1}})
+    ep = gp.export(shifted, (r(8, 3),), dynamic_shapes={"y": {0: gp.Dim("dx", max=32) + 1}})
+    module = ep.module()
+    for n in (3, 9, 33):
+        assert_matches_eager(ep, shifted, (r(n, 3),), what=f"at {n}", module=module)
+    with pytest.raises(gp.InputMismatchError):
+        module(r(34, 3))
