@@ -427,6 +427,13 @@ CORPUS = {
 
 SWEEP = [0, 1, 2, 3, 5, 8, 13, 64, 65]
 
+# torch.export 2.13 refuses these although every size in the Dim's range has a sound
+# answer: graphport may refuse them too, or accept them and pass the size sweep.
+TORCH_OVER_REFUSES = {
+    ("slice_half", "Dim"): "cannot prove the always-true guard (s // 2) <= s; suggests s = 2*_s",
+    ("slice_inner", "Dim"): "its guard solver fails: Expected op to be '==', got <= for 5/2 <= s",
+}
+
 
 def _verdict(export, fn, spec):
     try:
@@ -445,13 +452,18 @@ def test_accepts_and_refuses_like_torch_export_and_never_answers_wrong(name, kin
         return {"x": {0: api.Dim("s", max=64) if kind == "Dim" else api.Dim.AUTO}}
     ref, ref_err = _verdict(lambda f, s: torch_export(f, (x,), dynamic_shapes=s(torch.export)), fn, spec)
     ep, err = _verdict(lambda f, s: gp.export(f, (x,), dynamic_shapes=s(gp)), fn, spec)
-    if ref is None:
+    if ref is None and (name, kind) in TORCH_OVER_REFUSES:
+        if ep is None:   # refusing like torch.export is fine; accepting is fine if sound (the sweep)
+            assert isinstance(err, gp.ConstraintViolationError), f"expected a ConstraintViolationError, got {err!r}"
+            return
+    elif ref is None:
         assert ep is None, f"torch.export refuses ({torch_fix_message(ref_err)}) but graphport accepts"
         assert isinstance(err, gp.ConstraintViolationError), f"expected a ConstraintViolationError, got {err!r}"
         return
-    assert ep is not None, f"torch.export accepts but graphport refuses: {err}"
-    assert_same_range_constraints(ep, ref)
-    mine, theirs = ep.module(), ref.module()
+    else:
+        assert ep is not None, f"torch.export accepts but graphport refuses: {err}"
+        assert_same_range_constraints(ep, ref)
+    mine, theirs = ep.module(), (ref.module() if ref is not None else None)
     for n in SWEEP:
         xn = torch.randn(n, 4)
         try:
@@ -467,6 +479,8 @@ def test_accepts_and_refuses_like_torch_export_and_never_answers_wrong(name, kin
             got = None
         if got is not None:
             assert_same_values_at(expected, got, n)
+            continue
+        if theirs is None:
             continue
         try:   # graphport refused: fine unless torch.export's program answers right at n >= 2
             torch_got = theirs(xn.clone())

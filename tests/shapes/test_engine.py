@@ -1,0 +1,56 @@
+"""The shape engine's own corner cases, each a bug it once had or a decision it makes."""
+import operator
+
+import pytest
+import torch
+
+import graphport as gp
+
+
+def test_size_arithmetic_on_a_derived_dim_whose_root_never_appears_alone():
+    """The only input dim is 20*s: the graph must compute s as size // 20, not use the size."""
+    def f(x):
+        return torch.arange(x.shape[0] // 20 - 1).float().sum() + x.sum()
+    frames = gp.Dim("frames", min=2, max=50)
+    ep = gp.export(f, (torch.randn(200),), dynamic_shapes=({0: 20 * frames},))
+    for n in (40, 200, 1000):
+        x = torch.randn(n)
+        torch.testing.assert_close(ep.module()(x), f(x))
+    with pytest.raises(gp.InputMismatchError, match="not of the form 20"):
+        ep.module()(torch.randn(210))
+
+
+def test_guard_or_false_questions_record_no_guard():
+    """A kernel's fast-path question (is this size 1?) must not narrow the Dim."""
+    ep = gp.export(lambda x: x[1:-1] + 1, (torch.randn(6, 4),), dynamic_shapes=({0: gp.Dim.AUTO},))
+    assert [(v.lower, str(v.upper)) for v in ep.range_constraints.values()] == [(2, "oo")]
+
+
+def test_builtin_max_of_a_size_stays_symbolic():
+    ep = gp.export(lambda x: x.new_zeros(max(x.shape[0], 3)) + 1, (torch.randn(5),),
+                   dynamic_shapes=({0: gp.Dim("n", max=64)},))
+    assert any(n.target is torch.sym_max for n in ep.graph.nodes)
+    for n in (2, 3, 9):
+        assert ep.module()(torch.randn(n)).shape == (max(n, 3),)
+
+
+def test_size_returned_as_output_is_computed_from_the_input():
+    ep = gp.export(lambda x: (x * 2, x.shape[0] * 3), (torch.randn(4),), dynamic_shapes=({0: gp.Dim("n")},))
+    out, size = ep.module()(torch.randn(7))
+    assert size == 21 and out.shape == (7,)
+    assert any(n.target is operator.mul for n in ep.graph.nodes)
+
+
+def test_capture_refuses_torch_cond_before_torch_runs_it():
+    def f(x):
+        return torch.cond(x.sum() > 0, lambda t: t + 1, lambda t: t - 1, (x,))
+    with pytest.raises(gp.UnsupportedFeatureError, match="cond") as info:
+        gp.export(f, (torch.randn(3),))
+    assert "test_engine.py" in str(info.value)
+    # torch's own machinery is untouched: torch.export still handles the same program
+    torch.export.export(_Cond(), (torch.randn(3),))
+
+
+class _Cond(torch.nn.Module):
+    def forward(self, x):
+        return torch.cond(x.sum() > 0, lambda t: t + 1, lambda t: t - 1, (x,))
