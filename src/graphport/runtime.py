@@ -136,11 +136,7 @@ class ExportedModule(torch.nn.Module):
 
 def check_shapes(contract, flat: list, paths: list[str]) -> None:
     """Dynamic dims: each symbol in its range, every dim equal to its expression, kept guards true."""
-    values = contract.symbols_from(flat)
-    where = {}
-    for i, d, expr in contract.dims:
-        if expr.is_Symbol:
-            where.setdefault(expr, f"{paths[i]}.shape[{d}]")
+    values, where = contract.symbols_from(flat, paths)
     for sym, value in values.items():
         r = contract.ranges[sym]
         name = contract.names[sym]
@@ -165,10 +161,11 @@ def check_shapes(contract, flat: list, paths: list[str]) -> None:
                     f"input {paths[i]}.shape[{d}] is {got}, but the program fixed that Dim.AUTO dimension to {want} "
                     "while tracing", fix=f"pass {paths[i]} with shape[{d}] == {want}")
             readable = expr.xreplace({s: sympy.Symbol(contract.names[s]) for s in expr.free_symbols})
-            known = ", ".join(f"{where[s]} is {values[s]}" for s in expr.free_symbols if s in where)
+            known = ", ".join(f"{contract.names[s]} = {values[s]} from {where[s]}" for s in expr.free_symbols
+                              if s in where)
             raise InputMismatchError(
                 f"input {paths[i]}.shape[{d}] is {got}, but the program requires it to be {readable} = {want} "
-                f"(as {known})",
+                f"({known})",
                 fix=f"pass {paths[i]} with shape[{d}] == {want}, keeping the relations declared in dynamic_shapes")
     for guard in contract.guards:
         if guard.rel.xreplace(values) is not sympy.true:

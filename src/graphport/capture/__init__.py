@@ -6,7 +6,9 @@ inputs, runs the program under the capture mode, then assembles the graph's outp
 """
 from __future__ import annotations
 
+import builtins
 import contextlib
+import functools
 import inspect
 import sys
 from dataclasses import dataclass, field
@@ -90,9 +92,11 @@ def capture(fn: Callable, args: tuple, kwargs: dict, root: torch.nn.Module | Non
             stack.enter_context(state.swapped())
             stack.enter_context(_module_stack_hooks(rec, state.module_names))
         stack.enter_context(_exporting_flags())
+        stack.enter_context(_refuse_torch_cond())
         if shapes is not None:
             # torch's Python meta kernels and references handle symbolic sizes; many C++ ones do not
             stack.enter_context(enable_python_dispatcher())
+            stack.enter_context(_symbolic_min_max())
         stack.enter_context(torch._C._AutoDispatchBelowADInplaceOrView())
         mode = stack.enter_context(CaptureMode(rec))
         out = _run(fn, tracer_args, tracer_kwargs)
@@ -346,6 +350,46 @@ def _module_stack_hooks(rec: Recorder, module_names: dict[int, str]):
         pre.remove()
         post.remove()
         rec.module_stack.clear()
+
+
+@contextlib.contextmanager
+def _symbolic_min_max():
+    """`max(x.shape[0], 3)` keeps the size symbolic (torch.sym_max) instead of guarding on a
+    comparison, as torch.export's non-strict mode does."""
+    real_max, real_min = builtins.max, builtins.min
+
+    def pick(real, symbolic):
+        def choose(*args, **kwargs):
+            values = args[0] if len(args) == 1 and not kwargs and isinstance(args[0], (list, tuple)) else args
+            if not kwargs and len(values) >= 2 and any(is_sym(v) for v in values) \
+                    and all(isinstance(v, (int, torch.SymInt)) for v in values):
+                return functools.reduce(symbolic, values)
+            return real(*args, **kwargs)
+        return choose
+
+    builtins.max, builtins.min = pick(real_max, torch.sym_max), pick(real_min, torch.sym_min)
+    try:
+        yield
+    finally:
+        builtins.max, builtins.min = real_max, real_min
+
+
+@contextlib.contextmanager
+def _refuse_torch_cond():
+    """torch.cond compiles its branches with torch's own machinery when called outside it;
+    refuse it before that runs, with our error, until graphport captures cond itself."""
+    real = torch.cond
+
+    def cond(*args, **kwargs):
+        raise UnsupportedFeatureError(
+            "the program calls torch.cond, which graphport cannot capture yet",
+            fix="compute both branches and choose with torch.where(pred, a, b), or export each branch separately")
+
+    torch.cond = cond
+    try:
+        yield
+    finally:
+        torch.cond = real
 
 
 @contextlib.contextmanager

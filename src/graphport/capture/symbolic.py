@@ -43,8 +43,14 @@ class SizeValues:
         if found is not None:
             return found
         if expr.is_Symbol:
-            i, d = self.env.symbols[expr].source
+            info = self.env.symbols[expr]
+            i, d = info.source
             node = emit(aten.sym_size.int, (self.input_nodes[i], d), {})
+            coeff, offset = info.source_affine   # that dim is coeff * symbol + offset
+            if offset:
+                node = emit(operator.sub, (node, offset), {})
+            if coeff != 1:
+                node = emit(operator.floordiv, (node, coeff), {})
         elif expr.is_Add or expr.is_Mul:
             fn = operator.add if expr.is_Add else operator.mul
             terms = sorted(expr.args, key=lambda a: a.is_Number)   # symbolic terms first

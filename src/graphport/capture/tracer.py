@@ -24,6 +24,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from ..errors import DataDependentError, OperatorError, UnsupportedFeatureError, UnsupportedOperatorError
 from ..source import user_stack
+from .meta_cache import MetaCache
 from .op_kinds import Kind, op_info
 from .views import ViewStep, replay, scatter_back
 
@@ -131,6 +132,7 @@ class Recorder:
         self.placeholders: list[fx.Node] = []               # in the order they were created
         self.lifted_count = 0
         self.sizes = None            # SizeValues, when the capture has symbolic sizes
+        self.meta_cache = MetaCache()
         self.recording = True
         self.fallback_stack: tuple = ()   # source location for nodes made after the program returned
         self._keepalive: list[torch.Tensor] = []
@@ -339,10 +341,12 @@ class CaptureMode(TorchDispatchMode):
                 return a.device
         return torch.device("cpu")
 
-    def run_meta(self, func, args, kwargs):
+    def run_meta(self, func, args, kwargs, cache: bool = True):
         meta_args, meta_kwargs = pytree.tree_map(self._meta, (args, kwargs))
         try:
-            return func(*meta_args, **meta_kwargs)
+            if not cache:
+                return func(*meta_args, **meta_kwargs)
+            return self.rec.meta_cache.run(func, meta_args, meta_kwargs, lambda: func(*meta_args, **meta_kwargs))
         except (NotImplementedError, RuntimeError) as e:
             text = str(e).lower()
             if "nonzero" in text or "data-dependent" in text or "data dependent" in text:
@@ -361,7 +365,7 @@ class CaptureMode(TorchDispatchMode):
     # -- recording ------------------------------------------------------------------------
 
     def call(self, func, args, kwargs, view: bool = False):
-        val = self.run_meta(func, args, kwargs)
+        val = self.run_meta(func, args, kwargs, cache=not view)
         node_args, node_kwargs = pytree.tree_map(self._value, (args, kwargs))
         node = self.rec._node(func, node_args, node_kwargs, val)
         device = self._device(args, kwargs)
@@ -375,15 +379,19 @@ class CaptureMode(TorchDispatchMode):
         kernels by device (CPU attention returns a transposed layout), and strides decide
         later view-or-copy choices, so they must be the ones the real run will have."""
         node_args, node_kwargs = pytree.tree_map(self._value, (args, kwargs))
-        try:
-            with self.rec.scratch():
-                with self:
-                    out = func.decompose(*args, **kwargs)
-        except UnsupportedFeatureError:
-            out = NotImplemented  # its insides do what capture cannot express; its meta kernel can still answer
-        if out is NotImplemented:
+
+        def decomposed_meta():
+            try:
+                with self.rec.scratch():
+                    with self:
+                        out = func.decompose(*args, **kwargs)
+            except UnsupportedFeatureError:
+                return None  # its insides do what capture cannot express; its meta kernel can still answer
+            return None if out is NotImplemented else pytree.tree_map_only(TracerTensor, lambda t: t.gp_meta, out)
+
+        val = self.rec.meta_cache.run(("decomposed", func), args, kwargs, decomposed_meta)
+        if val is None:
             return self.call(func, args, kwargs)
-        val = pytree.tree_map_only(TracerTensor, lambda t: t.gp_meta, out)
         node = self.rec._node(func, node_args, node_kwargs, val)
         return self.rec.wrap(val, node, self._device(args, kwargs))
 

@@ -14,11 +14,11 @@ from typing import Any
 
 import sympy
 
-from ..errors import ConstraintViolationError
+from ..errors import ConstraintViolationError, InputMismatchError
 from ..source import SourceLocation
 from .dims import DerivedDim, Dim
 from .env import Guard
-from .expr import INF, ValueRange, bounds
+from .expr import INF, Mod, ValueRange, bounds
 from .spec import InputShapes
 
 
@@ -31,12 +31,27 @@ class ShapeContract:
     guards: list[Guard] = field(default_factory=list)
     names: dict[sympy.Symbol, str] = field(default_factory=dict)
 
-    def symbols_from(self, flat: list) -> dict[sympy.Symbol, int]:
-        values = {}
-        for i, d, expr in self.dims:
-            if expr.is_Symbol and expr not in values:
-                values[expr] = int(flat[i].shape[d])
-        return values
+    def symbols_from(self, flat: list, paths: list[str]) -> tuple[dict[sympy.Symbol, int], dict[sympy.Symbol, str]]:
+        """Each symbol's value in this call, read from the first dim that determines it:
+        a dim that is the symbol itself, else one that is `a*symbol + b` (a derived dim)."""
+        values, where = {}, {}
+        for solve_derived in (False, True):
+            for i, d, expr in self.dims:
+                free = expr.free_symbols
+                if len(free) != 1 or next(iter(free)) in values or (expr.is_Symbol == solve_derived):
+                    continue
+                sym, size = next(iter(free)), int(flat[i].shape[d])
+                a, b = (1, 0) if expr.is_Symbol else _linear_in(expr, sym) or (None, None)
+                if a is None:
+                    continue
+                if (size - b) % a:
+                    readable = expr.xreplace({sym: sympy.Symbol(self.names[sym])})
+                    raise InputMismatchError(
+                        f"input {paths[i]}.shape[{d}] is {size}, which is not of the form {readable} the program "
+                        f"was exported for", fix=f"pass {paths[i]} with shape[{d}] of the form {readable}")
+                values[sym] = (size - b) // a
+                where[sym] = f"{paths[i]}.shape[{d}]" + ("" if expr.is_Symbol else f" = {expr}")
+        return values, where
 
 
 def _linear_in(expr: sympy.Expr, sym: sympy.Symbol):
@@ -86,6 +101,16 @@ def _explain(guard: Guard, shapes: InputShapes, fixes: _Fixes) -> str:
     names = {s: _name(shapes, s) for s in syms}
     readable = str(rel.xreplace({s: sympy.Symbol(n) for s, n in names.items()}))
     where = f" (at {guard.location})" if guard.location else ""
+    divisor = _divisibility(rel, syms)
+    if divisor is not None:
+        sym, k = syms[0], divisor
+        declared = shapes.env.symbols[sym].declared
+        lo = -(-max(declared.lower, 1) // k)
+        hi = None if declared.upper == INF else declared.upper // k
+        helper = "_" + names[sym]
+        fixes.set(helper, f"Dim('{helper}', min={lo}" + (f", max={hi})" if hi is not None else ")"))
+        fixes.set(names[sym], f"{k}*{helper}")
+        return f"- the program requires {names[sym]} to be a multiple of {k}: {readable}{where}"
     if isinstance(rel, sympy.Eq) and len(syms) == 1:
         lin = _linear_in(rel.lhs - rel.rhs, syms[0])
         if lin and (-lin[1]) % lin[0] == 0:
@@ -125,6 +150,16 @@ def _explain(guard: Guard, shapes: InputShapes, fixes: _Fixes) -> str:
                     f"{readable}{where}")
     return (f"- the program requires {readable}{where}, which the ranges of {', '.join(names.values())} do not "
             f"guarantee; restrict the Dims or state the assumption with torch._check on the input sizes")
+
+
+def _divisibility(rel, syms) -> int | None:
+    """k when `rel` is Mod(sym, k) == 0 for a single size symbol."""
+    if not isinstance(rel, sympy.Eq) or len(syms) != 1:
+        return None
+    mod, zero = (rel.lhs, rel.rhs) if isinstance(rel.lhs, Mod) else (rel.rhs, rel.lhs)
+    if isinstance(mod, Mod) and zero == 0 and mod.args[0] == syms[0] and mod.args[1].is_Integer:
+        return int(mod.args[1])
+    return None
 
 
 def check_and_contract(shapes: InputShapes) -> tuple[dict, ShapeContract]:

@@ -35,6 +35,7 @@ class SymbolInfo:
     dim_name: str                        # the user's Dim name, or an "input.size(d)" label
     source: tuple[int, int]              # (flat input index, dimension) it was first read from
     auto: bool = False                   # Dim.AUTO: guards refine it instead of failing
+    source_affine: tuple[int, int] = (1, 0)   # that dimension is coeff * symbol + offset
 
 
 @dataclass
@@ -47,18 +48,27 @@ class ShapeEnv:
     assumed_min: dict[sympy.Symbol, int] = field(default_factory=dict)
     assumption_sites: dict[sympy.Symbol, SourceLocation | None] = field(default_factory=dict)
     _simplified: dict = field(default_factory=dict)
+    _decisions: dict = field(default_factory=dict)
+    _arith: dict = field(default_factory=dict)
 
     # -- symbols ------------------------------------------------------------------------
 
     def create_symbol(self, hint: int, declared: ValueRange, dim_name: str, source: tuple[int, int],
-                      auto: bool = False) -> sympy.Symbol:
+                      auto: bool = False, source_affine: tuple[int, int] = (1, 0)) -> sympy.Symbol:
         sym = sympy.Symbol(f"s{len(self.symbols)}", integer=True, nonnegative=True)
-        self.symbols[sym] = SymbolInfo(sym, hint, declared, dim_name, source, auto)
+        self.symbols[sym] = SymbolInfo(sym, hint, declared, dim_name, source, auto, source_affine)
         return sym
 
     @property
     def ranges(self) -> dict[sympy.Symbol, ValueRange]:
         return {s: i.declared for s, i in self.symbols.items()}
+
+    def _cached_decide(self, rel: sympy.Basic, least: int) -> bool | None:
+        """Ranges are fixed while tracing, so each question has one answer per assumption level."""
+        key = (rel, least)
+        if key not in self._decisions:
+            self._decisions[key] = decide(rel, self._assuming(least) if least else self.ranges)
+        return self._decisions[key]
 
     def _assuming(self, least: int) -> dict[sympy.Symbol, ValueRange]:
         return {s: ValueRange(max(i.declared.lower, least), i.declared.upper) for s, i in self.symbols.items()}
@@ -66,11 +76,11 @@ class ShapeEnv:
     def _decide(self, rel: sympy.Basic, location: SourceLocation | None = None, record: bool = True):
         """Settle `rel` from the ranges: declared first, then assuming sizes >= 1, then >= 2
         (torch.export's 0/1 specialization); remember which assumption was needed."""
-        found = decide(rel, self.ranges)
+        found = self._cached_decide(rel, 0)
         if found is not None:
             return found
         for least in (1, 2):
-            found = decide(rel, self._assuming(least))
+            found = self._cached_decide(rel, least)
             if found is not None:
                 if record:
                     for sym in rel.free_symbols:
@@ -95,6 +105,14 @@ class ShapeEnv:
             if found != expr:
                 found = sympy.expand(found) if found.is_Add or found.is_Mul else found
             self._simplified[key] = found
+        return found
+
+    def memo(self, fn, a: sympy.Basic, b: sympy.Basic) -> sympy.Basic:
+        """fn(a, b) for size arithmetic, cached: kernels recompute the same sizes many times."""
+        key = (fn, a, b)
+        found = self._arith.get(key)
+        if found is None:
+            found = self._arith[key] = fn(a, b)
         return found
 
     def hint_of(self, expr: sympy.Basic):

@@ -100,7 +100,7 @@ class SymNode:
 
     def _arith(self, other: "SymNode", fn) -> "SymNode":
         pytype = float if float in (self.pytype, other.pytype) else int
-        return self._new(fn(self.expr, other.expr), pytype)
+        return self._new(self.env.memo(fn, self.expr, other.expr), pytype)
 
     def add(self, other):
         return self._arith(other, lambda a, b: a + b)
@@ -201,7 +201,13 @@ class SymNode:
     # -- comparisons and logic --------------------------------------------------------------
 
     def _rel(self, other, fn) -> "SymNode":
-        return self._new(fn(self.expr, other.expr), bool)
+        a, b = self.expr, other.expr
+        if a == b:
+            return self.wrap_bool(fn in (sympy.Eq, sympy.Le, sympy.Ge))
+        if a.is_Number and b.is_Number:
+            return self._new(fn(a, b), bool)
+        # Unevaluated: sympy's own evaluation is slow, and the env decides relations anyway.
+        return self._new(fn(a, b, evaluate=False), bool)
 
     def eq(self, other):
         return self._rel(other, sympy.Eq)
@@ -222,10 +228,16 @@ class SymNode:
         return self._rel(other, sympy.Ge)
 
     def sym_and(self, other):
-        return self._rel(other, sympy.And)
+        a, b = self.expr, other.expr
+        if a is sympy.false or b is sympy.false:
+            return self.wrap_bool(False)
+        return other if a is sympy.true else self if b is sympy.true else self._new(sympy.And(a, b), bool)
 
     def sym_or(self, other):
-        return self._rel(other, sympy.Or)
+        a, b = self.expr, other.expr
+        if a is sympy.true or b is sympy.true:
+            return self.wrap_bool(True)
+        return other if a is sympy.false else self if b is sympy.false else self._new(sympy.Or(a, b), bool)
 
     and_, or_ = sym_and, sym_or
 
@@ -241,9 +253,20 @@ class SymNode:
         return self.env.evaluate(self.expr)
 
     bool_ = guard_bool
-    guard_size_oblivious = guard_bool
-    guard_or_false = guard_bool
-    guard_or_true = guard_bool
+
+    def guard_or_false(self, file: str = "", line: int = 0) -> bool:
+        """Kernels ask this for fast paths where False is always a valid answer: no guard."""
+        found = self.env.static_value(self.expr)
+        return False if found is None else found
+
+    def guard_or_true(self, file: str = "", line: int = 0) -> bool:
+        found = self.env.static_value(self.expr)
+        return True if found is None else found
+
+    def guard_size_oblivious(self, file: str = "", line: int = 0) -> bool:
+        """Answered as if every size were at least 2, guarding only if that does not settle it."""
+        found = self.env.static_value(self.expr)
+        return self.env.evaluate(self.expr) if found is None else found
 
     def expect_true(self, file: str = "", line: int = 0) -> bool:
         return self.env.evaluate(self.expr)
@@ -305,6 +328,9 @@ class ShapeEnvAdapter:
         return None if found is None else sympy.true if found else sympy.false
 
     def evaluate_sym_node(self, node, size_oblivious=False, fallback_value=None):
+        if fallback_value is not None:   # guard_or_false / guard_or_true: the default needs no guard
+            found = self.env.static_value(node.expr)
+            return fallback_value if found is None else found
         return self.env.evaluate(node.expr)
 
     def guarding_hint_or_throw(self, expr):

@@ -196,7 +196,8 @@ def _create_symbols(flat, per_leaf: dict[int, dict[int, Any]], paths: list[str])
             root_hint = (size - offset) // coeff
             known = by_name.get(root.name)
             if known is None:
-                sym = env.create_symbol(root_hint, ValueRange(root.min, root.max), root.name, (i, d))
+                sym = env.create_symbol(root_hint, ValueRange(root.min, root.max), root.name, (i, d),
+                                        source_affine=(coeff, offset))
                 by_name[root.name] = (root, sym)
                 shapes.dims[sym] = root
                 shapes.kinds[sym] = "dim"

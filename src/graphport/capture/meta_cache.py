@@ -1,0 +1,66 @@
+"""Cache of meta-kernel results keyed by the arguments' metadata.
+
+An op's output metadata depends only on its inputs' metadata and its scalar arguments,
+and models repeat the same computation layer after layer (a 32-layer LLaMA asks every
+shape question 32 times). With symbolic sizes each question costs sympy work, so
+answers are kept per (op, argument metadata) and a hit rebuilds fresh meta tensors.
+"""
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import torch
+
+_UNCACHEABLE = object()
+
+
+def _size_key(v) -> Any:
+    if isinstance(v, torch.SymInt):
+        return v.node.expr
+    return v
+
+
+def _describe(t: torch.Tensor) -> tuple:
+    return ("T", tuple(_size_key(s) for s in t.shape), tuple(_size_key(s) for s in t.stride()),
+            _size_key(t.storage_offset()), t.dtype, t.device.type)
+
+
+def _key_of(value) -> Any:
+    if isinstance(value, torch.Tensor):
+        return _describe(value)
+    if isinstance(value, (list, tuple)):
+        parts = tuple(_key_of(v) for v in value)
+        return _UNCACHEABLE if _UNCACHEABLE in parts else (type(value).__name__, parts)
+    if isinstance(value, (torch.SymInt, torch.SymFloat, torch.SymBool)):
+        return ("S", value.node.expr)
+    if value is None or isinstance(value, (bool, int, float, str, torch.dtype, torch.device, torch.layout,
+                                           torch.memory_format)):
+        return (type(value).__name__, value)
+    return _UNCACHEABLE
+
+
+def _rebuild(template):
+    if isinstance(template, torch.Tensor):
+        return torch.empty_strided(template.shape, template.stride(), dtype=template.dtype, device=template.device)
+    if isinstance(template, (list, tuple)):
+        return type(template)(_rebuild(t) for t in template)
+    return template
+
+
+class MetaCache:
+    def __init__(self):
+        self.entries: dict = {}
+        self.hits = 0
+
+    def run(self, func, args: tuple, kwargs: dict, compute: Callable[[], Any]) -> Any:
+        key = _key_of((args, tuple(sorted(kwargs.items()))))
+        if key is _UNCACHEABLE:
+            return compute()
+        key = (func, key)
+        found = self.entries.get(key)
+        if found is not None:
+            self.hits += 1
+            return _rebuild(found)
+        out = compute()
+        self.entries[key] = out
+        return out
