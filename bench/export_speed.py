@@ -4,8 +4,10 @@ Models: a slice of the zoo plus the project's examples (examples/models.py), if 
 
 The meta forward runs the model's Python code on shape-only tensors: the cheapest trace any
 exporter could do. Targets (medians over models): graphport <= 0.2x torch.export's time
-and <= 3x the meta forward. Each model runs in its own process; inside it the three
-measurements alternate round by round so machine drift hits all three alike.
+and <= 3x the meta forward; with the model's natural dynamic dims, graphport's dynamic
+export <= 1.5x its static export and <= 0.2x torch.export's dynamic export. Each model runs
+in its own process; inside it the measurements alternate round by round so machine drift
+hits all of them alike.
 
     .venv/bin/python bench/export_speed.py [--models bert,gpt2] [--repeats 5]
 
@@ -32,8 +34,9 @@ from bench.harness import OK, fmt, median  # noqa: E402
 
 MODELS = ("mlp", "lstm", "bert", "gpt2", "llama", "t5", "vit", "resnet50")
 CSV_PATH = harness.REPO_ROOT / "bench" / "export_speed.csv"
-TARGET_VS_TORCH, TARGET_VS_META = 0.2, 3.0
-COLUMNS = ["model", "process", "gp_s", "torch_s", "meta_s", "gp_over_torch", "gp_over_meta", "error"]
+TARGET_VS_TORCH, TARGET_VS_META, TARGET_DYN_VS_STATIC = 0.2, 3.0, 1.5
+COLUMNS = ["model", "process", "gp_s", "torch_s", "meta_s", "gp_over_torch", "gp_over_meta", "gp_dyn_s",
+           "torch_dyn_s", "gp_dyn_over_static", "gp_dyn_over_torch_dyn", "error"]
 
 
 def example_models() -> list[str]:
@@ -71,12 +74,16 @@ def measure_model(name: str, repeats: int) -> dict[str, Any]:
     measure.warm_up_exporters()
     export, import_err = measure.graphport_exporter()
     row: dict[str, Any] = {"model": name, "error": ""}
-    times: dict[str, list[float]] = {"gp": [], "torch": [], "meta": []}
+    times: dict[str, list[float]] = {"gp": [], "torch": [], "meta": [], "gp_dyn": [], "torch_dyn": []}
     steps = {
         "gp": lambda a, k: export(built.module, a, k),
         "torch": lambda a, k: measure.torch_exporter(built.module, a, k),
         "meta": lambda a, k: measure.meta_forward_seconds(built, repeats=1),
     }
+    if export is not None and built.dynamic_shapes(lambda *a, **k: None) is not None:
+        gp_spec, torch_spec = measure.dynamic_spec(built, "graphport"), measure.dynamic_spec(built, "torch")
+        steps["gp_dyn"] = lambda a, k: export(built.module, a, k, dynamic_shapes=gp_spec)
+        steps["torch_dyn"] = lambda a, k: measure.torch_exporter(built.module, a, k, dynamic_shapes=torch_spec)
     if export is None:
         row["error"] = f"graphport: {import_err}"
         del steps["gp"]
@@ -101,18 +108,26 @@ def measure_model(name: str, repeats: int) -> dict[str, Any]:
         row[f"{key}_s"] = statistics.median(values[1:]) if len(values) > 1 else None
     row["gp_over_torch"] = row["gp_s"] / row["torch_s"] if row["gp_s"] and row["torch_s"] else None
     row["gp_over_meta"] = row["gp_s"] / row["meta_s"] if row["gp_s"] and row["meta_s"] else None
+    row["gp_dyn_over_static"] = row["gp_dyn_s"] / row["gp_s"] if row["gp_dyn_s"] and row["gp_s"] else None
+    row["gp_dyn_over_torch_dyn"] = (row["gp_dyn_s"] / row["torch_dyn_s"]
+                                    if row["gp_dyn_s"] and row["torch_dyn_s"] else None)
     return row
 
 
 def render(rows: list[dict[str, Any]], repeats: int) -> str:
     lines = ["| model | graphport s | torch.export s | meta forward s | graphport / torch.export | "
-             "graphport / meta forward | notes |", "|---|---|---|---|---|---|---|"]
+             "graphport / meta forward | graphport dynamic s | torch.export dynamic s | graphport dynamic / static "
+             "| graphport dynamic / torch.export dynamic | notes |", "|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         note = r.get("error") or ("" if r["process"] == OK else f"worker {r['process']}")
         lines.append(f"| {r['model']} | {fmt(r.get('gp_s'))} | {fmt(r.get('torch_s'))} | {fmt(r.get('meta_s'))} | "
-                     f"{fmt(r.get('gp_over_torch'))} | {fmt(r.get('gp_over_meta'))} | {note.replace('|', '/')} |")
+                     f"{fmt(r.get('gp_over_torch'))} | {fmt(r.get('gp_over_meta'))} | {fmt(r.get('gp_dyn_s'))} | "
+                     f"{fmt(r.get('torch_dyn_s'))} | {fmt(r.get('gp_dyn_over_static'))} | "
+                     f"{fmt(r.get('gp_dyn_over_torch_dyn'))} | {note.replace('|', '/')} |")
     vs_torch = median([r.get("gp_over_torch") for r in rows])
     vs_meta = median([r.get("gp_over_meta") for r in rows])
+    dyn_vs_static = median([r.get("gp_dyn_over_static") for r in rows])
+    dyn_vs_torch = median([r.get("gp_dyn_over_torch_dyn") for r in rows])
 
     def verdict(value: float | None, target: float) -> str:
         return "no data" if value is None else ("meets" if value <= target else "misses")
@@ -121,12 +136,16 @@ def render(rows: list[dict[str, Any]], repeats: int) -> str:
     summary = (f"- median graphport / torch.export: **{fmt(vs_torch)}** over {measured}/{len(rows)} models "
                f"(target <= {TARGET_VS_TORCH}: {verdict(vs_torch, TARGET_VS_TORCH)})\n"
                f"- median graphport / meta forward: **{fmt(vs_meta)}** "
-               f"(target <= {TARGET_VS_META}: {verdict(vs_meta, TARGET_VS_META)})")
+               f"(target <= {TARGET_VS_META}: {verdict(vs_meta, TARGET_VS_META)})\n"
+               f"- median graphport dynamic / graphport static: **{fmt(dyn_vs_static)}** "
+               f"(target <= {TARGET_DYN_VS_STATIC}: {verdict(dyn_vs_static, TARGET_DYN_VS_STATIC)})\n"
+               f"- median graphport dynamic / torch.export dynamic: **{fmt(dyn_vs_torch)}** "
+               f"(target <= {TARGET_VS_TORCH}: {verdict(dyn_vs_torch, TARGET_VS_TORCH)})")
     return "\n\n".join([
         "## Export speed",
         harness.stamp() + "  \nCSV: `bench/export_speed.csv`",
-        f"Each figure is the median of {repeats} static exports (or meta forwards) after one warm-up round, "
-        "alternating the three measurements, one process per model.",
+        f"Each figure is the median of {repeats} exports (or meta forwards) after one warm-up round, "
+        "alternating the measurements, one process per model; dynamic exports use the zoo's dynamic dims.",
         "\n".join(lines),
         "Summary:\n\n" + summary,
     ])

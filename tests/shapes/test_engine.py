@@ -50,4 +50,13 @@ def test_capture_refuses_torch_cond_before_torch_runs_it():
     assert torch.cond is original_cond  # restored once capture ends
 
 
+def test_torch_cond_on_a_size_predicate_takes_its_branch_under_a_guard():
+    def f(x):
+        return torch.cond(x.shape[0] > 4, lambda t: t + 1, lambda t: t - 1, (x,))
+    ep = gp.export(f, (torch.randn(8),), dynamic_shapes=({0: gp.Dim("n", min=5, max=64)},))
+    torch.testing.assert_close(ep.module()(torch.ones(6)), torch.full((6,), 2.0))
+    with pytest.raises(gp.ConstraintViolationError, match="n = Dim"):
+        gp.export(f, (torch.randn(8),), dynamic_shapes=({0: gp.Dim("n", max=64)},))
+
+
 original_cond = torch.cond

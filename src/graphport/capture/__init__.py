@@ -376,14 +376,18 @@ def _symbolic_min_max():
 
 @contextlib.contextmanager
 def _refuse_torch_cond():
-    """torch.cond compiles its branches with torch's own machinery when called outside it;
-    refuse it before that runs, with our error, until graphport captures cond itself."""
+    """torch.cond compiles its branches with torch's own machinery when called outside it.
+    A Python or size predicate picks its branch here (a size predicate is guarded like an
+    `if`); a tensor predicate is refused before torch runs, until graphport captures cond."""
     real = torch.cond
 
-    def cond(*args, **kwargs):
-        raise UnsupportedFeatureError(
-            "the program calls torch.cond, which graphport cannot capture yet",
-            fix="compute both branches and choose with torch.where(pred, a, b), or export each branch separately")
+    def cond(pred, true_fn, false_fn, operands=(), *args, **kwargs):
+        if isinstance(pred, torch.Tensor):
+            raise UnsupportedFeatureError(
+                "the program calls torch.cond on a tensor predicate, which graphport cannot capture yet",
+                fix="compute both branches and choose with torch.where(pred, a, b), or export each branch "
+                    "separately")
+        return (true_fn if pred else false_fn)(*operands)
 
     torch.cond = cond
     try:
