@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import inspect
+import warnings
 from typing import Any, Callable
 
 import torch
@@ -37,6 +38,9 @@ def export(mod: torch.nn.Module | Callable, args: tuple, kwargs: dict | None = N
         shapes = resolve(dynamic_shapes, args, kwargs, arg_names, input_paths(args, kwargs, arg_names))
     captured = capture(fn, args, kwargs, root, shapes)
     range_constraints, contract = ({}, None) if shapes is None else check_and_contract(shapes)
+    shape_report = [] if shapes is None else shapes.specialized
+    for note in shape_report:
+        warnings.warn(f"graphport: {note}", stacklevel=2)
     eliminate_dead_code(captured.graph)
     holder = torch.nn.Module()
     graph_module = fx.GraphModule(holder, captured.graph, class_name="GraphModule")
@@ -48,6 +52,7 @@ def export(mod: torch.nn.Module | Callable, args: tuple, kwargs: dict | None = N
                          example_inputs=(args, kwargs), constants=captured.constants,
                          input_paths=captured.input_paths, input_aliases=captured.input_aliases,
                          shape_contract=contract)
+    ep.shape_report = shape_report   # which Dim.AUTO / Dim.DYNAMIC dims became static, and why
     verify(ep)
     return ep
 

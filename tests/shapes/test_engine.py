@@ -60,3 +60,13 @@ def test_torch_cond_on_a_size_predicate_takes_its_branch_under_a_guard():
 
 
 original_cond = torch.cond
+
+
+def test_auto_dims_that_become_static_are_reported_with_the_reason():
+    def f(x):
+        return x.view(8, -1)  # pins dim 0 to 8
+    with pytest.warns(UserWarning, match="became static = 8"):
+        ep = gp.export(f, (torch.randn(8, 3),), dynamic_shapes=({0: gp.Dim.AUTO, 1: gp.Dim.AUTO},))
+    assert any("test_engine.py" in note for note in ep.shape_report)
+    with pytest.raises(gp.InputMismatchError, match="fixed that Dim.AUTO dimension to 8"):
+        ep.module()(torch.randn(9, 3))

@@ -134,17 +134,9 @@ def _explain(guard: Guard, shapes: InputShapes, fixes: _Fixes) -> str:
                         f"{relation}{where}")
     if isinstance(rel, sympy.core.relational.Relational) and len(syms) == 1 and rel.rel_op in ("<", "<=", ">", ">="):
         sym = syms[0]
-        lin = _linear_in(rel.lhs - rel.rhs, sym)
-        if lin:
-            a, b = lin   # a*s + b  <op>  0
-            op = rel.rel_op if a > 0 else {"<": ">", "<=": ">=", ">": "<", ">=": "<="}[rel.rel_op]
-            bound = sympy.Rational(-b, a)
-            if op in ("<", "<="):
-                hi = int(sympy.floor(bound)) - (1 if op == "<" and bound.is_Integer else 0)
-                fixes.narrow(sym, hi=hi)
-            else:
-                lo = int(sympy.ceiling(bound)) + (1 if op == ">" and bound.is_Integer else 0)
-                fixes.narrow(sym, lo=lo)
+        implied = _implied_bound(rel, sym)
+        if implied:
+            fixes.narrow(sym, *implied)
             declared = shapes.env.symbols[sym].declared
             return (f"- not all values of {names[sym]} in its range {declared} satisfy the program's guard "
                     f"{readable}{where}")
@@ -200,6 +192,10 @@ def check_and_contract(shapes: InputShapes) -> tuple[dict, ShapeContract]:
             expr = env.simplify(size)
             dims.append((i, d, expr))
             if expr.is_Integer:   # a Dim.AUTO dim the program fixed: checked as static
+                sym = next(iter(sympy.sympify(size).free_symbols))
+                why = next((g.location for g in env.guards if sym in g.rel.free_symbols), None)
+                shapes.specialized.append(f"{env.symbols[sym].dim_name} (Dim.AUTO) became static = {int(expr)}"
+                                          + (f": the program requires it at {why}" if why else ""))
                 continue
             for sym in sorted(expr.free_symbols, key=lambda s: int(str(s)[1:])):
                 constraints.setdefault(sym, ranges[sym])
@@ -218,20 +214,26 @@ def _auto_ranges(shapes: InputShapes, kept: list[Guard]) -> dict[sympy.Symbol, V
         rel, syms = guard.rel, list(guard.rel.free_symbols)
         if len(syms) != 1 or not isinstance(rel, sympy.core.relational.Relational) or rel.rel_op in ("==", "!="):
             continue
-        lin = _linear_in(rel.lhs - rel.rhs, syms[0])
-        if not lin:
-            continue
-        a, b = lin
-        op = rel.rel_op if a > 0 else {"<": ">", "<=": ">=", ">": "<", ">=": "<="}[rel.rel_op]
-        bound = sympy.Rational(-b, a)
-        r = ranges[syms[0]]
-        if op in ("<", "<="):
-            hi = int(sympy.floor(bound)) - (1 if op == "<" and bound.is_Integer else 0)
-            ranges[syms[0]] = ValueRange(r.lower, min(r.upper, hi))
-        else:
-            lo = int(sympy.ceiling(bound)) + (1 if op == ">" and bound.is_Integer else 0)
-            ranges[syms[0]] = ValueRange(max(r.lower, lo), r.upper)
+        implied = _implied_bound(rel, syms[0])
+        if implied:
+            lo, hi = implied
+            r = ranges[syms[0]]
+            ranges[syms[0]] = ValueRange(max(r.lower, lo if lo is not None else r.lower),
+                                         min(r.upper, hi if hi is not None else r.upper))
     return ranges
+
+
+def _implied_bound(rel, sym) -> tuple[int | None, int | None] | None:
+    """(lowest, highest) value of `sym` that the linear inequality `rel` allows (None: unbounded)."""
+    lin = _linear_in(rel.lhs - rel.rhs, sym)
+    if not lin:
+        return None
+    a, b = lin   # a*sym + b  <op>  0
+    op = rel.rel_op if a > 0 else {"<": ">", "<=": ">=", ">": "<", ">=": "<="}[rel.rel_op]
+    bound = sympy.Rational(-b, a)
+    if op in ("<", "<="):
+        return None, int(sympy.floor(bound)) - (1 if op == "<" and bound.is_Integer else 0)
+    return int(sympy.ceiling(bound)) + (1 if op == ">" and bound.is_Integer else 0), None
 
 
 _FIX_LINE = re.compile(r"^\s+(\w+) = (.+?)\s*$")

@@ -8,7 +8,6 @@ symbol of their own. Example sizes are checked against every Dim's range and rel
 """
 from __future__ import annotations
 
-import warnings
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -217,6 +216,4 @@ def _create_symbols(flat, per_leaf: dict[int, dict[int, Any]], paths: list[str])
         raise ConstraintViolationError("the example inputs do not fit dynamic_shapes:\n" + "\n".join(violations),
                                        fix="change the example inputs or the Dims so that every example size lies "
                                            "in its Dim's range and relations")
-    for message in shapes.specialized:
-        warnings.warn(message, stacklevel=4)
     return shapes
