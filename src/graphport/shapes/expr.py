@@ -7,6 +7,7 @@ only what ranges cannot decide becomes a guard.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 
 import sympy
 
@@ -196,11 +197,17 @@ def _sign_bounds(diff: sympy.Expr, ranges) -> tuple:
                 above, below = below, above
             lo, hi = max(lo, _sign_bounds(below, ranges)[0]), min(hi, _sign_bounds(above, ranges)[1])
             return lo, hi
-    factored = sympy.factor(diff)
+    factored = _factor(diff)
     if factored.is_Mul:
         f_lo, f_hi = bounds(factored, ranges)
         lo, hi = max(lo, f_lo), min(hi, f_hi)
     return lo, hi
+
+
+@lru_cache(maxsize=4096)
+def _factor(expr: sympy.Expr) -> sympy.Expr:
+    """sympy.factor, cached: each question is asked again under every range assumption."""
+    return sympy.factor(expr)
 
 
 def decide(rel: sympy.Basic, ranges: dict[sympy.Symbol, ValueRange]) -> bool | None:
