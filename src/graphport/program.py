@@ -8,8 +8,7 @@ import torch
 import torch.fx as fx
 from torch.utils import _pytree as pytree
 
-from .signature import (ConstantArgument, ExportGraphSignature, InputKind, InputSpec, OutputKind,  # noqa: F401
-                        OutputSpec, TensorArgument)
+from .signature import ExportGraphSignature
 
 
 @dataclass

@@ -16,7 +16,7 @@ import torch.fx as fx
 from ..errors import UnsupportedFeatureError
 from ..shapes.env import ShapeEnv
 from ..shapes.expr import FloorDiv, Mod
-from ..shapes.node import SymNode, symint
+from ..shapes.node import SymNode
 
 aten = torch.ops.aten
 
@@ -75,9 +75,6 @@ class SizeValues:
         if cache:
             self.cache[expr] = node
         return node
-
-    def meta_value(self, expr: sympy.Expr):
-        return symint(expr, self.env)
 
 
 def is_sym(v) -> bool:

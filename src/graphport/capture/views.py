@@ -6,6 +6,7 @@ its base and then scattering the new value back up that chain, one inverse per s
 """
 from __future__ import annotations
 
+import operator
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -37,12 +38,8 @@ def replay(step: ViewStep, source: Any, emit: Emit) -> Any:
         return source
     value = emit(step.op, (source, *step.args), step.kwargs)
     if step.index is not None:
-        value = emit(_getitem, (value, step.index), {})
+        value = emit(operator.getitem, (value, step.index), {})
     return value
-
-
-def _getitem(seq, i):
-    return seq[i]
 
 
 def scatter_back(step: ViewStep, source: Any, new_view: Any, source_meta: torch.Tensor,

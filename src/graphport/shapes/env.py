@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 import sympy
 
 from ..source import SourceLocation, innermost_user_location
-from .expr import INF, ValueRange, decide
+from .expr import ValueRange, decide
 
 
 @dataclass
@@ -171,6 +171,3 @@ class ShapeEnv:
             self.evaluate(sympy.Eq(expr, value), location)
         return int(value)
 
-
-def infinite(value) -> bool:
-    return value == INF

@@ -107,9 +107,6 @@ class ValueRange:
     def contains(self, value: int) -> bool:
         return self.lower <= value and (self.upper == INF or value <= self.upper)
 
-    def is_singleton(self) -> bool:
-        return self.lower == self.upper
-
 
 def _mul(a, b):
     if a == 0 or b == 0:

@@ -350,6 +350,3 @@ def symint(expr: sympy.Expr, env: ShapeEnv) -> torch.SymInt | int:
     return torch.SymInt(SymNode(expr, env, int))
 
 
-def is_symbolic(value) -> bool:
-    return isinstance(value, (torch.SymInt, torch.SymBool, torch.SymFloat)) and isinstance(value.node, SymNode)
-
