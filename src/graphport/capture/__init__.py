@@ -26,7 +26,7 @@ from ..shapes.node import symint
 from ..shapes.spec import InputShapes
 from ..signature import (ConstantArgument, ExportGraphSignature, InputKind, InputSpec, OutputKind, OutputSpec,
                          SymIntArgument, TensorArgument)
-from .symbolic import SizeValues, is_sym
+from .sizes import SizeValues, is_sym
 from ..source import SourceLocation, format_stack_trace, location_in_traceback
 from .tracer import CaptureMode, Recorder, TracerTensor
 

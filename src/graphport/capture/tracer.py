@@ -25,8 +25,8 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from ..errors import DataDependentError, OperatorError, UnsupportedFeatureError, UnsupportedOperatorError
 from ..source import user_stack
 from .meta_cache import MetaCache
-from .op_kinds import Kind, op_info
-from .views import ViewStep, replay, scatter_back
+from ..ops.kinds import Kind, op_info
+from ..ops.views import ViewStep, replay, scatter_back
 
 aten = torch.ops.aten
 META = torch.device("meta")

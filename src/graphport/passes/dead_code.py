@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import torch.fx as fx
 
-from ..capture.op_kinds import has_side_effects
+from ..ops.kinds import has_side_effects
 
 
 def eliminate_dead_code(graph: fx.Graph) -> None:

@@ -9,7 +9,7 @@ import operator
 import torch
 import torch.fx as fx
 
-from ..capture.op_kinds import Kind, op_info
+from ..ops.kinds import Kind, op_info
 from ..errors import InternalError
 from ..signature import InputKind, OutputKind
 
