@@ -1,4 +1,11 @@
-"""`graphport.export`: the pipeline from a user program to an ExportedProgram."""
+"""`graphport.export`: the pipeline from a user program to an ExportedProgram.
+
+    spec      resolve dynamic_shapes against the inputs: symbols and declared ranges
+    capture   run the program once on tracers, recording one functional graph
+    passes    drop what capture made for itself and nobody uses
+    shapes    check the guards against the spec; prove sizes 0 and 1 by tracing there
+    program   the ExportedProgram, checked by the verifier
+"""
 from __future__ import annotations
 
 import inspect
@@ -8,13 +15,15 @@ from typing import Any, Callable
 import torch
 import torch.fx as fx
 
-from .capture import argument_names, capture, input_paths
+from .capture import Captured, argument_names, capture, input_paths
 from .errors import UnsupportedInputError
-from .shapes.check import check_and_contract
-from .shapes.spec import resolve
 from .passes.dead_code import eliminate_dead_code
+from .passes.small_sizes import prove_small_sizes
 from .passes.verifier import verify
 from .program import ExportedProgram, ModuleCallEntry, ModuleCallSignature
+from .shapes.check import build_contract, check, small_size_violations
+from .shapes.contract import ShapeContract
+from .shapes.spec import InputShapes, resolve
 
 
 def export(mod: torch.nn.Module | Callable, args: tuple, kwargs: dict | None = None, *,
@@ -32,29 +41,57 @@ def export(mod: torch.nn.Module | Callable, args: tuple, kwargs: dict | None = N
             fix="wrap a single input in a tuple: graphport.export(model, (x,))")
     kwargs = dict(kwargs or {})
     fn, root = _resolve(mod)
+    arg_names = argument_names(fn, args, kwargs)
     shapes = None
     if dynamic_shapes is not None:
-        arg_names = argument_names(fn, args, kwargs)
         shapes = resolve(dynamic_shapes, args, kwargs, arg_names, input_paths(args, kwargs, arg_names))
-    captured = capture(fn, args, kwargs, root, shapes)
-    range_constraints, contract = ({}, None) if shapes is None else check_and_contract(shapes)
-    shape_report = [] if shapes is None else shapes.specialized
-    for note in shape_report:
+
+    def trace(shapes_: InputShapes | None) -> Captured:
+        captured = capture(fn, args, kwargs, root, shapes_)
+        eliminate_dead_code(captured.graph, captured.user_calls)
+        return captured
+
+    captured = trace(shapes)
+    contract = None if shapes is None else _shape_contract(shapes, captured.graph, lambda s: trace(s).graph)
+    for note in [] if shapes is None else shapes.specialized:
         warnings.warn(f"graphport: {note}", stacklevel=2)
-    eliminate_dead_code(captured.graph)
-    holder = torch.nn.Module()
-    graph_module = fx.GraphModule(holder, captured.graph, class_name="GraphModule")
     call_graph = [ModuleCallEntry("", ModuleCallSignature([], [], captured.in_spec, captured.out_spec,
                                                           captured.forward_arg_names))]
     if root is not None:
         call_graph += [ModuleCallEntry(name) for name, _ in root.named_modules() if name]
-    ep = ExportedProgram(graph_module, captured.signature, captured.state_dict, range_constraints, call_graph,
-                         example_inputs=(args, kwargs), constants=captured.constants,
-                         input_paths=captured.input_paths, input_aliases=captured.input_aliases,
-                         shape_contract=contract)
-    ep.shape_report = shape_report   # which Dim.AUTO / Dim.DYNAMIC dims became static, and why
+    ep = ExportedProgram(
+        fx.GraphModule(torch.nn.Module(), captured.graph, class_name="GraphModule"),
+        captured.signature, captured.state_dict,
+        range_constraints=contract.range_constraints() if contract is not None else {},
+        module_call_graph=call_graph, example_inputs=(args, kwargs), constants=captured.constants,
+        input_paths=captured.input_paths, input_aliases=captured.input_aliases, shape_contract=contract,
+        shape_report=list(shapes.specialized) if shapes is not None else [])
     verify(ep)
     return ep
+
+
+def _shape_contract(shapes: InputShapes, graph: fx.Graph, retrace: Callable) -> ShapeContract:
+    """Check the guards against the spec, prove the small sizes, and write the contract."""
+    kept = check(shapes)
+    report = prove_small_sizes(retrace, shapes, graph)
+    explicit, valid_from = {}, {}
+    for (sym, size), reason in report.refused.items():
+        fails_in_eager = reason.startswith("the program fails there")
+        dim = shapes.dims.get(sym)
+        if not fails_in_eager and dim is not None and getattr(dim, "explicit_min", False):
+            explicit[(sym, size)] = (reason, report.differs_at[(sym, size)])
+    small_size_violations(shapes, explicit)
+    for sym, least in shapes.env.assumed_min.items():
+        valid = set(report.valid.get(sym, []))
+        lowest = least
+        while lowest - 1 in valid:
+            lowest -= 1
+        if lowest > shapes.env.symbols[sym].declared.lower:
+            reason = report.refused.get((sym, lowest - 1), "the capture's decisions assumed larger sizes")
+            valid_from[sym] = (lowest, reason)
+            shapes.specialized.append(
+                f"{shapes.env.symbols[sym].dim_name} < {lowest} is refused at call time: {reason}")
+    return build_contract(shapes, kept, valid_from, report.exclusions)
 
 
 def _resolve(mod) -> tuple[Callable, torch.nn.Module | None]:

@@ -6,17 +6,18 @@ from typing import Any, Iterator
 
 import torch
 import torch.fx as fx
-from torch.utils import _pytree as pytree
 
-from .signature import ExportGraphSignature
+from .errors import InternalError
+from .shapes.contract import ShapeContract
+from .signature import ExportGraphSignature, InputKind
 
 
 @dataclass
 class ModuleCallSignature:
     inputs: list = field(default_factory=list)
     outputs: list = field(default_factory=list)
-    in_spec: pytree.TreeSpec | None = None
-    out_spec: pytree.TreeSpec | None = None
+    in_spec: Any = None          # pytree TreeSpec of (args, kwargs)
+    out_spec: Any = None         # pytree TreeSpec of the outputs
     forward_arg_names: list[str] | None = None
 
 
@@ -27,13 +28,29 @@ class ModuleCallEntry:
 
 
 class ExportedProgram:
-    """A captured program: one functional ATen graph plus everything needed to run it."""
+    """A captured program: one functional ATen graph plus everything needed to run it.
+
+    Every field is given to the constructor, which checks that they fit together (the
+    IR contract itself is the verifier's: graphport.verify)."""
+
+    graph_module: fx.GraphModule
+    graph_signature: ExportGraphSignature
+    state_dict: dict[str, torch.Tensor]           # parameters and persistent buffers, by name
+    range_constraints: dict                       # symbol or derived expression -> ValueRange
+    module_call_graph: list[ModuleCallEntry]
+    example_inputs: tuple[tuple, dict] | None
+    constants: dict[str, torch.Tensor]            # lifted constants and non-persistent buffers
+    input_paths: list[str]                        # printable path of each flat user input
+    input_aliases: dict[int, int]                 # flat input index -> earlier index it must be the same tensor as
+    shape_contract: ShapeContract | None          # shape facts of a dynamic program
+    shape_report: list[str]                       # dims that became static or were narrowed, and why
 
     def __init__(self, graph_module: fx.GraphModule, graph_signature: ExportGraphSignature,
-                 state_dict: dict[str, torch.Tensor], range_constraints: dict, module_call_graph: list[ModuleCallEntry],
-                 example_inputs: tuple[tuple, dict] | None = None, constants: dict[str, torch.Tensor] | None = None,
-                 input_paths: list[str] | None = None, input_aliases: dict[int, int] | None = None,
-                 shape_contract=None):
+                 state_dict: dict[str, torch.Tensor], range_constraints: dict,
+                 module_call_graph: list[ModuleCallEntry], example_inputs: tuple[tuple, dict] | None = None,
+                 constants: dict[str, torch.Tensor] | None = None, input_paths: list[str] | None = None,
+                 input_aliases: dict[int, int] | None = None, shape_contract: ShapeContract | None = None,
+                 shape_report: list[str] | None = None):
         self.graph_module = graph_module
         self.graph_signature = graph_signature
         self.state_dict = state_dict
@@ -43,7 +60,23 @@ class ExportedProgram:
         self.constants = constants or {}
         self.input_paths = input_paths or []
         self.input_aliases = input_aliases or {}
-        self.shape_contract = shape_contract    # shapes.check.ShapeContract for dynamic programs
+        self.shape_contract = shape_contract
+        self.shape_report = shape_report or []
+        self._validate()
+
+    def _validate(self) -> None:
+        if not isinstance(self.graph_module, fx.GraphModule):
+            raise InternalError(f"graph_module must be a torch.fx.GraphModule, got {type(self.graph_module)}")
+        if not self.module_call_graph or self.module_call_graph[0].fqn != "":
+            raise InternalError("module_call_graph must start with the root module's entry")
+        for spec in self.graph_signature.input_specs:
+            if spec.kind is InputKind.PARAMETER and spec.target not in self.state_dict:
+                raise InternalError(f"parameter {spec.target} has no entry in state_dict")
+            if spec.kind is InputKind.BUFFER and spec.target not in self.state_dict \
+                    and spec.target not in self.constants:
+                raise InternalError(f"buffer {spec.target} has no entry in state_dict or constants")
+            if spec.kind is InputKind.CONSTANT_TENSOR and spec.target not in self.constants:
+                raise InternalError(f"constant {spec.target} has no entry in constants")
 
     @property
     def graph(self) -> fx.Graph:

@@ -135,23 +135,33 @@ class ExportedModule(torch.nn.Module):
 
 
 def check_shapes(contract, flat: list, paths: list[str]) -> None:
-    """Dynamic dims: each symbol in its range, every dim equal to its expression, kept guards true."""
-    values, where = contract.symbols_from(flat, paths)
-    for sym, value in values.items():
-        r = contract.ranges[sym]
-        name = contract.names[sym]
-        if not r.contains(value):
+    """Dynamic dims: each symbol in its range and at a size the capture holds for, every dim
+    equal to its expression, every relation true."""
+    names = contract.names
+    values, where = {}, {}
+    for sym, fact in contract.symbols.items():
+        src = fact.source
+        size = int(flat[src.index].shape[src.dim])
+        at = f"{paths[src.index]}.shape[{src.dim}]"
+        if (size - src.offset) % src.coeff:
+            readable = src.coeff * sympy.Symbol(fact.name) + src.offset
             raise InputMismatchError(
-                f"input {where[sym]} is {value}, outside the range {r} of dimension {name} the program was "
-                f"exported for", fix=f"pass {where[sym]} within {r}, or export again with a wider Dim('{name}')")
-        least = contract.least.get(sym)
-        if least is not None and value < least[0]:
-            site = f" at {least[1]}" if least[1] else ""
+                f"input {at} is {size}, which is not of the form {readable} the program was exported for",
+                fix=f"pass {paths[src.index]} with shape[{src.dim}] of the form {readable}")
+        values[sym] = value = (size - src.offset) // src.coeff
+        where[sym] = at if (src.coeff, src.offset) == (1, 0) else f"{at} = {src.coeff * sympy.Symbol(fact.name) + src.offset}"
+        if not fact.range.contains(value):
             raise InputMismatchError(
-                f"input {where[sym]} is {value}, but the capture assumed {name} >= {least[0]}{site} (sizes 0 and 1 "
-                f"are specialized, as in torch.export), so the program is not valid for this size",
+                f"input {where[sym]} is {value}, outside the range {fact.range} of dimension {fact.name} the program "
+                f"was exported for", fix=f"pass {where[sym]} within {fact.range}, or export again with a wider "
+                                         f"Dim('{fact.name}')")
+        if fact.valid_from is not None and value < fact.valid_from:
+            site = f" at {fact.assumed_at}" if fact.assumed_at else ""
+            raise InputMismatchError(
+                f"input {where[sym]} is {value}, but the program is valid only for {fact.name} >= {fact.valid_from}"
+                f"{site}: {fact.reason}",
                 fix=f"export a separate program for {where[sym]} = {value} (an example input of that size with that "
-                    f"dimension static)")
+                    "dimension static)")
     for i, d, expr in contract.dims:
         want = expr.xreplace(values)
         got = int(flat[i].shape[d])
@@ -160,20 +170,20 @@ def check_shapes(contract, flat: list, paths: list[str]) -> None:
                 raise InputMismatchError(
                     f"input {paths[i]}.shape[{d}] is {got}, but the program fixed that Dim.AUTO dimension to {want} "
                     "while tracing", fix=f"pass {paths[i]} with shape[{d}] == {want}")
-            readable = expr.xreplace({s: sympy.Symbol(contract.names[s]) for s in expr.free_symbols})
-            known = ", ".join(f"{contract.names[s]} = {values[s]} from {where[s]}" for s in expr.free_symbols
-                              if s in where)
+            readable = expr.xreplace({s: sympy.Symbol(names[s]) for s in expr.free_symbols})
+            known = ", ".join(f"{names[s]} = {values[s]} from {where[s]}" for s in expr.free_symbols if s in where)
             raise InputMismatchError(
                 f"input {paths[i]}.shape[{d}] is {got}, but the program requires it to be {readable} = {want} "
                 f"({known})",
                 fix=f"pass {paths[i]} with shape[{d}] == {want}, keeping the relations declared in dynamic_shapes")
-    for guard in contract.guards:
-        if guard.rel.xreplace(values) is not sympy.true:
-            readable = guard.rel.xreplace({s: sympy.Symbol(contract.names[s]) for s in guard.rel.free_symbols})
-            site = f" (recorded at {guard.location})" if guard.location else ""
-            raise InputMismatchError(f"the inputs' sizes {values} break the program's shape guard {readable}{site}",
-                                     fix="pass sizes that satisfy the guard, or export with examples that take "
-                                         "the branch you need")
+    for relation in contract.relations:
+        if relation.rel.xreplace(values) is not sympy.true:
+            readable = relation.rel.xreplace({s: sympy.Symbol(names[s]) for s in relation.rel.free_symbols})
+            site = f" (recorded at {relation.location})" if relation.location else ""
+            shown = {names[s]: v for s, v in values.items()}
+            raise InputMismatchError(f"the inputs' sizes {shown} break the program's shape relation {readable}{site}",
+                                     fix="pass sizes that satisfy the relation, or export with examples that take "
+                                         "the path you need")
 
 
 def _first_difference(expected: pytree.TreeSpec, got: pytree.TreeSpec, arg_names: list[str]) -> tuple[str, str]:

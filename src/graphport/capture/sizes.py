@@ -3,6 +3,12 @@
 A SymInt reaching an operator (`x.view(x.shape[0] * 2, -1)`) must be computed at run time
 from the actual inputs, so its sympy expression is rebuilt in the graph from the input
 dimension each symbol was first read from. Values are cached per expression.
+
+Floats (`x * (x.shape[0] / 2)`, `q / q.shape[-1] ** 0.5`) and values computed from them
+are rebuilt from their recipe instead, operation by operation as eager Python computes
+them (`torch.sym_float`, `operator.truediv`, `operator.pow`, `torch.sym_sqrt`, ...), so
+the graph's float is the eager float bit for bit. floor / ceil / trunc of a float are
+`torch.sym_int` of `x // 1` / `-(-x // 1)` / `x`, which the IR's symbolic operators express.
 """
 from __future__ import annotations
 
@@ -26,15 +32,31 @@ class SizeValues:
         self.env = env
         self.input_nodes = input_nodes
         self.cache: dict[sympy.Expr, fx.Node] = {}
+        self.made: dict[int, tuple[SymNode, fx.Node]] = {}   # id(node) -> (node, its value), for recipes
 
     def value(self, v, emit: Callable, cache: bool = True):
         """The graph value (node or int) of a SymInt/SymBool/SymFloat."""
-        expr = self.env.simplify(v.node.expr)
-        if expr.is_Integer:
-            return int(expr)
-        if expr is sympy.true or expr is sympy.false:
-            return bool(expr)
-        return self._build(expr, emit, cache)
+        return self._node_value(v.node, emit, cache)
+
+    def _node_value(self, node: SymNode, emit: Callable, cache: bool):
+        if node.recipe is None:
+            expr = self.env.simplify(node.expr)
+            if expr.is_Integer:
+                return int(expr)
+            if expr is sympy.true or expr is sympy.false:
+                return bool(expr)
+            return self._build(expr, emit, cache)
+        if not self.env.simplify(node.expr).free_symbols:   # its sizes were fixed: a constant
+            return node.hint
+        found = self.made.get(id(node))
+        if found is not None:
+            return found[1]
+        op, *args = node.recipe
+        values = [self._node_value(a, emit, cache) if isinstance(a, SymNode) else a for a in args]
+        out = _emit_recipe(op, values, emit)
+        if cache:
+            self.made[id(node)] = (node, out)
+        return out
 
     def _build(self, expr: sympy.Expr, emit: Callable, cache: bool):
         if expr.is_Integer:
@@ -75,6 +97,39 @@ class SizeValues:
         if cache:
             self.cache[expr] = node
         return node
+
+
+_OPERATORS = {
+    "add": operator.add, "sub": operator.sub, "mul": operator.mul, "truediv": operator.truediv,
+    "floordiv": operator.floordiv, "mod": operator.mod, "pow": operator.pow, "neg": operator.neg,
+    "sym_max": torch.sym_max, "sym_min": torch.sym_min, "sqrt": torch.sym_sqrt, "sym_float": torch.sym_float,
+    "trunc": torch.sym_int, "eq": operator.eq, "ne": operator.ne, "lt": operator.lt, "le": operator.le,
+    "gt": operator.gt, "ge": operator.ge, "and": operator.and_, "or": operator.or_, "not": torch.sym_not,
+}
+
+
+def _emit_recipe(op: str, args: list, emit: Callable):
+    """One recipe operation on graph values (nodes or Python constants)."""
+    def call(fn, *a):
+        if not any(isinstance(x, fx.Node) for x in a):
+            return fn(*a)
+        return emit(fn, a, {})
+
+    if op == "const":
+        return args[0]
+    if op in _OPERATORS:
+        return call(_OPERATORS[op], *args)
+    (a,) = args
+    if op == "abs":
+        return call(torch.sym_max, a, call(operator.neg, a))
+    if op == "floor":
+        return call(torch.sym_int, call(operator.floordiv, a, 1))
+    if op == "ceil":
+        return call(torch.sym_int, call(operator.neg, call(operator.floordiv, call(operator.neg, a), 1)))
+    if op == "is_integer":
+        return call(operator.eq, call(operator.mod, a, 1.0), 0.0)
+    raise UnsupportedFeatureError(f"the size computation {op} cannot be recorded in the graph yet",
+                                  fix="keep size arithmetic to +, -, *, / and // on sizes")
 
 
 def is_sym(v) -> bool:

@@ -12,8 +12,9 @@ from functools import lru_cache
 
 import torch
 
+from .. import _torch
+
 aten = torch.ops.aten
-_CIA = torch._C.DispatchKey.CompositeImplicitAutograd
 
 # Composite ops whose result may alias or mutate their input depending on runtime values;
 # they are always decomposed, as torch.export does, so the graph's purity is static.
@@ -38,7 +39,7 @@ class Kind(enum.Enum):
 class OpInfo:
     kind: Kind
     # For INPLACE / OUT / MUTATING: the pure overload computing the same values.
-    functional: torch._ops.OpOverload | None = None
+    functional: _torch.OpOverload | None = None
     # For OUT / MUTATING: names of the arguments written to, in schema order.
     mutated_args: tuple[str, ...] = ()
     # Composite (CompositeImplicitAutograd) op that export keeps as one node.
@@ -47,11 +48,7 @@ class OpInfo:
     decompose: bool = False
 
 
-def _is_cia(op: torch._ops.OpOverload) -> bool:
-    return torch._C._dispatch_has_kernel_for_dispatch_key(op.name(), _CIA) or _CIA in op.py_kernels
-
-
-def _is_preservable(op: torch._ops.OpOverload) -> bool:
+def _is_preservable(op: _torch.OpOverload) -> bool:
     """Same rule as torch.export's default level: functional composite ops stay whole."""
     if torch.Tag.maybe_aliasing_or_mutating in op.tags or op is aten.native_batch_norm.default:
         return False
@@ -60,14 +57,14 @@ def _is_preservable(op: torch._ops.OpOverload) -> bool:
     schema = op._schema
     if schema.is_mutable or any(a.alias_info is not None for a in schema.arguments):
         return False
-    return torch._C._dispatch_has_kernel(op.name())
+    return _torch.has_kernel(op)
 
 
 def _written_args(schema) -> tuple[str, ...]:
     return tuple(a.name for a in schema.arguments if a.alias_info is not None and a.alias_info.is_write)
 
 
-def _find_overload(packet, wanted_args: list[str]) -> torch._ops.OpOverload | None:
+def _find_overload(packet, wanted_args: list[str]) -> _torch.OpOverload | None:
     for name in packet.overloads():
         candidate = getattr(packet, name)
         args = [a.name for a in candidate._schema.arguments]
@@ -76,7 +73,7 @@ def _find_overload(packet, wanted_args: list[str]) -> torch._ops.OpOverload | No
     return None
 
 
-def _functional_variant(op: torch._ops.OpOverload, kind: Kind) -> torch._ops.OpOverload | None:
+def _functional_variant(op: _torch.OpOverload, kind: Kind) -> _torch.OpOverload | None:
     namespace = getattr(torch.ops, op.namespace)
     schema = op._schema
     base_name = schema.name.split("::")[1]
@@ -100,9 +97,9 @@ def _functional_variant(op: torch._ops.OpOverload, kind: Kind) -> torch._ops.OpO
 
 
 @lru_cache(maxsize=None)
-def op_info(op: torch._ops.OpOverload) -> OpInfo:
+def op_info(op: _torch.OpOverload) -> OpInfo:
     schema = op._schema
-    cia = _is_cia(op)
+    cia = _torch.is_composite_implicit(op)
     if cia and _is_preservable(op):
         return OpInfo(Kind.FUNCTIONAL, preserved=True)
     written = _written_args(schema)
@@ -121,12 +118,45 @@ def op_info(op: torch._ops.OpOverload) -> OpInfo:
     return OpInfo(kind, decompose=cia)
 
 
-def has_side_effects(target) -> bool:
-    """Calls that must stay in the graph even when their result is unused (assertions, printing)."""
-    if isinstance(target, torch._ops.OpOverload):
-        return target._schema.is_mutable or target in _SIDE_EFFECT_OPS
+def is_impure(target) -> bool:
+    """Calls that must stay in the graph even when their result is unused: mutation,
+    assertions, printing, and random ops (dropping one shifts the generator for every
+    later random op, so values would differ from eager under the same seed).
+    The meaning of fx's `Node.is_impure`, decided from the operator's schema and tags."""
+    if isinstance(target, _torch.OpOverload):
+        return (target._schema.is_mutable or target in _SIDE_EFFECT_OPS
+                or torch.Tag.nondeterministic_seeded in target.tags)
     return False
 
 
 _SIDE_EFFECT_OPS = frozenset({aten._assert_scalar.default, aten._assert_async.msg, aten.sym_constrain_range.default,
                               aten.sym_constrain_range_for_size.default, aten._print.default})
+
+# Ops whose *output shape* depends on tensor values.
+DATA_DEPENDENT_SHAPE = {
+    aten.nonzero.default: "torch.nonzero / boolean-mask indexing",
+    aten.masked_select.default: "masked_select / boolean-mask indexing",
+    aten._unique2.default: "torch.unique",
+    aten.unique_dim.default: "torch.unique",
+    aten.unique_consecutive.default: "torch.unique_consecutive",
+    aten.repeat_interleave.Tensor: "repeat_interleave with a tensor of repeats",
+    aten.bincount.default: "torch.bincount",
+}
+# Ops that read a tensor's value into Python.
+DATA_READS = {
+    aten.item.default: "reads a tensor's value into Python with .item()",
+    aten._local_scalar_dense.default: "reads a tensor's value into Python (.item(), int(t), float(t) or an `if` on "
+                                      "a tensor)",
+    aten.is_nonzero.default: "uses a tensor as a Python bool (an `if`, `while`, `and`/`or` or bool(t) on a tensor)",
+    aten.equal.default: "compares tensors with torch.equal, which returns a Python bool",
+    aten.allclose.default: "compares tensors with torch.allclose, which returns a Python bool",
+}
+
+# In-place ops that change the tensor's own shape or strides (no functional form keeps the object).
+METADATA_MUTATING = frozenset({"t_", "transpose_", "squeeze_", "unsqueeze_", "resize_", "resize_as_", "as_strided_",
+                               "swapdims_", "swapaxes_", "set_"})
+
+
+def writes_arguments(op) -> bool:
+    """Whether the operator's schema says it writes to any argument (in-place, out=, mutating)."""
+    return any(a.alias_info is not None and a.alias_info.is_write for a in op._schema.arguments)

@@ -9,9 +9,10 @@ import operator
 import torch
 import torch.fx as fx
 
-from ..ops.kinds import Kind, op_info
+from .. import _torch
+from ..ops.kinds import writes_arguments
 from ..errors import InternalError
-from ..signature import InputKind, OutputKind
+from ..signature import ConstantArgument, InputKind, OutputKind
 
 _INPUT_ORDER = [InputKind.PARAMETER, InputKind.BUFFER, InputKind.CONSTANT_TENSOR, InputKind.USER_INPUT]
 _OUTPUT_ORDER = [OutputKind.PARAMETER_MUTATION, OutputKind.BUFFER_MUTATION, OutputKind.USER_INPUT_MUTATION,
@@ -23,6 +24,9 @@ _SYMBOLIC_OPS = frozenset({operator.add, operator.sub, operator.mul, operator.fl
                            torch.sym_sqrt, torch.sym_ite})
 
 
+_CONTROL_FLOW = frozenset({"cond", "map_impl", "while_loop", "scan"})
+
+
 def _fail(node: fx.Node | None, rule: str) -> None:
     where = f"node '{node.name}' ({node.op} {node.target})" if node is not None else "the graph"
     raise InternalError(f"IR contract violated by {where}: {rule}")
@@ -31,9 +35,9 @@ def _fail(node: fx.Node | None, rule: str) -> None:
 def _is_allowed_target(target) -> bool:
     if target is operator.getitem or target in _SYMBOLIC_OPS:
         return True
-    if isinstance(target, torch._ops.HigherOrderOperator):
-        return getattr(target, "gp_higher_order", False)
-    return isinstance(target, torch._ops.OpOverload)
+    if isinstance(target, _torch.HigherOrderOperator):
+        return target.name() in _CONTROL_FLOW
+    return isinstance(target, _torch.OpOverload)
 
 
 def verify(ep) -> None:
@@ -52,6 +56,10 @@ def verify(ep) -> None:
     for spec in sig.input_specs:
         if spec.kind is InputKind.PARAMETER and spec.target not in ep.state_dict:
             _fail(None, f"parameter {spec.target} has no entry in state_dict")
+        if spec.kind is InputKind.BUFFER and spec.target not in (ep.state_dict if spec.persistent is not False
+                                                                 else ep.constants):
+            _fail(None, f"buffer {spec.target} has no entry in "
+                        f"{'state_dict' if spec.persistent is not False else 'constants'}")
         if spec.kind is InputKind.CONSTANT_TENSOR and spec.target not in ep.constants:
             _fail(None, f"constant {spec.target} has no entry in constants")
     outputs = [n for n in nodes if n.op == "output"]
@@ -60,10 +68,25 @@ def verify(ep) -> None:
     out_values = outputs[0].args[0]
     if len(out_values) != len(sig.output_specs):
         _fail(outputs[0], "output values must match the signature's outputs one to one")
+    for value, spec in zip(out_values, sig.output_specs):
+        if isinstance(value, fx.Node) != (not isinstance(spec.arg, ConstantArgument)) or (
+                isinstance(value, fx.Node) and value.name != spec.arg.name):
+            _fail(outputs[0], f"output {value} does not match its signature entry {spec}")
+    buffers, user_inputs = set(sig.buffers), {s.arg.name for s in sig.input_specs if s.kind is InputKind.USER_INPUT}
+    for spec in sig.output_specs:
+        if spec.kind is OutputKind.BUFFER_MUTATION and spec.target not in buffers:
+            _fail(outputs[0], f"buffer mutation {spec.arg.name} names {spec.target}, which is no buffer input")
+        if spec.kind is OutputKind.USER_INPUT_MUTATION and spec.target not in user_inputs:
+            _fail(outputs[0], f"input mutation {spec.arg.name} names {spec.target}, which is no user input")
     okinds = [_OUTPUT_ORDER.index(s.kind) for s in sig.output_specs]
     if okinds != sorted(okinds):
         _fail(outputs[0], "outputs must be ordered state mutations, input mutations, user outputs")
+    members = set(nodes)
     for node in nodes:
+        strangers = [user for user in node.users if user not in members]
+        if strangers:
+            _fail(node, f"its users include {strangers[0].name}, which is not in the graph: a value leaked "
+                        "from one scope into another")
         if node.op in ("call_module", "call_method"):
             _fail(node, f"{node.op} is not allowed: the graph must be flat ATen calls")
         if node.op == "get_attr":
@@ -75,10 +98,13 @@ def verify(ep) -> None:
         if not _is_allowed_target(node.target):
             _fail(node, "call targets must be ATen/custom operator overloads, getitem, symbolic-size ops or "
                         "graphport higher-order ops")
-        if isinstance(node.target, torch._ops.OpOverload):
-            info = op_info(node.target)
-            if info.kind in (Kind.INPLACE, Kind.OUT, Kind.MUTATING):
-                _fail(node, "the graph must be functional: no in-place, out= or mutating operators")
+        if isinstance(node.target, _torch.OpOverload) and (writes_arguments(node.target)
+                                                           or node.target._schema.is_mutable):
+            _fail(node, "the graph must be functional: no in-place, out= or mutating operators")
+        for arg in node.all_input_nodes:
+            if arg not in members:
+                _fail(node, f"its argument {arg.name} is not in the graph")
         for key in ("val", "stack_trace", "nn_module_stack"):
             if key not in node.meta:
                 _fail(node, f"every call needs meta['{key}']")
+

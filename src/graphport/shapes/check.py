@@ -17,41 +17,10 @@ import sympy
 from ..errors import ConstraintViolationError, InputMismatchError
 from ..source import SourceLocation
 from .dims import DerivedDim, Dim
+from .contract import InputDimension, Relation, ShapeContract, SymbolFact
 from .env import Guard
 from .expr import INF, Mod, ValueRange, bounds
 from .spec import InputShapes
-
-
-@dataclass
-class ShapeContract:
-    """What every call must satisfy: sizes in range, relations between dims, kept guards."""
-    dims: list[tuple[int, int, sympy.Expr]]              # (flat input index, dim, expression)
-    ranges: dict[sympy.Symbol, ValueRange]
-    least: dict[sympy.Symbol, tuple[int, SourceLocation | None]] = field(default_factory=dict)
-    guards: list[Guard] = field(default_factory=list)
-    names: dict[sympy.Symbol, str] = field(default_factory=dict)
-
-    def symbols_from(self, flat: list, paths: list[str]) -> tuple[dict[sympy.Symbol, int], dict[sympy.Symbol, str]]:
-        """Each symbol's value in this call, read from the first dim that determines it:
-        a dim that is the symbol itself, else one that is `a*symbol + b` (a derived dim)."""
-        values, where = {}, {}
-        for solve_derived in (False, True):
-            for i, d, expr in self.dims:
-                free = expr.free_symbols
-                if len(free) != 1 or next(iter(free)) in values or (expr.is_Symbol == solve_derived):
-                    continue
-                sym, size = next(iter(free)), int(flat[i].shape[d])
-                a, b = (1, 0) if expr.is_Symbol else _linear_in(expr, sym) or (None, None)
-                if a is None:
-                    continue
-                if (size - b) % a:
-                    readable = expr.xreplace({sym: sympy.Symbol(self.names[sym])})
-                    raise InputMismatchError(
-                        f"input {paths[i]}.shape[{d}] is {size}, which is not of the form {readable} the program "
-                        f"was exported for", fix=f"pass {paths[i]} with shape[{d}] of the form {readable}")
-                values[sym] = (size - b) // a
-                where[sym] = f"{paths[i]}.shape[{d}]" + ("" if expr.is_Symbol else f" = {expr}")
-        return values, where
 
 
 def _linear_in(expr: sympy.Expr, sym: sympy.Symbol):
@@ -154,9 +123,9 @@ def _divisibility(rel, syms) -> int | None:
     return None
 
 
-def check_and_contract(shapes: InputShapes) -> tuple[dict, ShapeContract]:
-    """Raise ConstraintViolationError for guards the spec does not imply; else return the
-    range constraints and the runtime contract."""
+def check(shapes: InputShapes) -> list[Guard]:
+    """Raise ConstraintViolationError for guards the spec does not imply; return the guards
+    kept for Dim.AUTO / Dim.DYNAMIC dims, which calls must satisfy."""
     env = shapes.env
     fixes = _Fixes(shapes)
     violations, kept, first = [], [], None
@@ -175,16 +144,44 @@ def check_and_contract(shapes: InputShapes) -> tuple[dict, ShapeContract]:
             violations.append(_explain(guard, shapes, fixes))
             first = first or guard.location
     if violations:
-        unique = list(dict.fromkeys(violations))
-        raise ConstraintViolationError(
-            f"the program's shape logic contradicts dynamic_shapes ({len(unique)} "
-            f"violation{'s' if len(unique) > 1 else ''}):\n" + "\n".join(unique) +
-            ("\nSuggested fixes:\n" + fixes.render() + "\n" if fixes.lines else ""),
-            fix="apply the suggested fixes to dynamic_shapes (graphport.refine_dynamic_shapes_from_suggested_fixes "
-                "does it for you), or change the program",
-            location=first)
+        raise _violation(violations, fixes, first)
+    return kept
+
+
+def _violation(violations: list[str], fixes: "_Fixes", first) -> ConstraintViolationError:
+    unique = list(dict.fromkeys(violations))
+    return ConstraintViolationError(
+        f"the program's shape logic contradicts dynamic_shapes ({len(unique)} "
+        f"violation{'s' if len(unique) > 1 else ''}):\n" + "\n".join(unique) +
+        ("\nSuggested fixes:\n" + fixes.render() + "\n" if fixes.lines else ""),
+        fix="apply the suggested fixes to dynamic_shapes (graphport.refine_dynamic_shapes_from_suggested_fixes "
+            "does it for you), or change the program",
+        location=first)
+
+
+def small_size_violations(shapes: InputShapes, refused: dict) -> None:
+    """A size inside a range the user declared explicitly, at which the program computes
+    something else than at the example: the spec promises what the program cannot keep."""
+    fixes = _Fixes(shapes)
+    violations, first = [], None
+    for (sym, size), (reason, where) in refused.items():
+        fixes.narrow(sym, lo=size + 1)
+        at = f" (at {where})" if where else ""
+        violations.append(f"- {_name(shapes, sym)} = {size} is inside its declared range "
+                          f"{shapes.env.symbols[sym].declared}, but {reason}{at}; export a separate program for "
+                          f"that size, or narrow the range")
+        first = first or where
+    if violations:
+        raise _violation(violations, fixes, first)
+
+
+def build_contract(shapes: InputShapes, kept: list[Guard], valid_from: dict[sympy.Symbol, tuple[int, str]],
+                   exclusions: list[dict[sympy.Symbol, int]]) -> ShapeContract:
+    """The program's shape contract: symbols with their ranges and sources, every dynamic
+    input dimension's expression, and the relations every call must satisfy."""
+    env = shapes.env
     ranges = _auto_ranges(shapes, kept)
-    dims, constraints = [], {}
+    dims = []
     for i, sizes in shapes.sizes.items():
         for d, size in enumerate(sizes):
             if isinstance(size, int):
@@ -196,15 +193,19 @@ def check_and_contract(shapes: InputShapes) -> tuple[dict, ShapeContract]:
                 why = next((g.location for g in env.guards if sym in g.rel.free_symbols), None)
                 shapes.specialized.append(f"{env.symbols[sym].dim_name} (Dim.AUTO) became static = {int(expr)}"
                                           + (f": the program requires it at {why}" if why else ""))
-                continue
-            for sym in sorted(expr.free_symbols, key=lambda s: int(str(s)[1:])):
-                constraints.setdefault(sym, ranges[sym])
-            if not expr.is_Symbol:
-                lo, hi = bounds(expr, ranges)
-                constraints.setdefault(expr, ValueRange(lo, hi))
-    least = {s: (m, env.assumption_sites.get(s)) for s, m in env.assumed_min.items()}
-    names = {s: info.dim_name for s, info in env.symbols.items()}
-    return constraints, ShapeContract(dims, ranges, least, kept, names)
+    symbols = {}
+    for sym, info in env.symbols.items():
+        if sym in env.replacements:
+            continue
+        index, dim = info.source
+        coeff, offset = info.source_affine
+        least, reason = valid_from.get(sym, (None, ""))
+        symbols[sym] = SymbolFact(sym, info.dim_name, ranges[sym], InputDimension(index, dim, coeff, offset),
+                                  least, env.assumption_sites.get(sym) if least is not None else None, reason)
+    relations = [Relation(g.rel, g.location) for g in kept]
+    relations += [Relation(sympy.Not(sympy.And(*[sympy.Eq(s, v) for s, v in pins.items()])), None)
+                  for pins in exclusions]
+    return ShapeContract(symbols, dims, relations)
 
 
 def _auto_ranges(shapes: InputShapes, kept: list[Guard]) -> dict[sympy.Symbol, ValueRange]:

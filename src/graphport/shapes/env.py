@@ -116,7 +116,12 @@ class ShapeEnv:
         return found
 
     def hint_of(self, expr: sympy.Basic):
-        value = sympy.sympify(self.simplify(expr)).xreplace(self.hints())
+        """The value at the example sizes (no guard): an int, float or bool."""
+        value = sympy.sympify(self.simplify(expr))
+        opaque = [f for f in value.atoms(sympy.Function) if hasattr(f, "gp_hint")]
+        if opaque:   # values only their recipe computes (see shapes/node.py)
+            value = value.xreplace({f: sympy.sympify(f.gp_hint) for f in opaque})
+        value = value.xreplace(self.hints())
         if value is sympy.true or value is sympy.false:
             return bool(value)
         if value.is_Integer:
@@ -125,6 +130,8 @@ class ShapeEnv:
             return float(value)
         if isinstance(value, sympy.core.relational.Relational) or isinstance(value, sympy.logic.boolalg.Boolean):
             return bool(sympy.simplify(value))
+        if value.is_number:
+            return float(value)
         return value.evalf()
 
     def static_value(self, rel: sympy.Basic) -> bool | None:
@@ -168,6 +175,15 @@ class ShapeEnv:
         expr = sympy.sympify(self.simplify(expr))
         value = self.hint_of(expr)
         if not expr.is_Integer:
-            self.evaluate(sympy.Eq(expr, value), location)
+            if any(hasattr(f, "gp_hint") for f in expr.atoms(sympy.Function)):
+                for sym in sorted(expr.free_symbols, key=lambda s: int(str(s)[1:])):
+                    self.pin(sym, location)
+            else:
+                self.evaluate(sympy.Eq(expr, value), location)
         return int(value)
 
+    def pin(self, sym: sympy.Symbol, location: SourceLocation | None = None) -> None:
+        """Fix a size symbol to its example value, guarded: for values the program turns into
+        Python constants that the ranges cannot model exactly (floats, rounding)."""
+        if sym in self.symbols:
+            self.evaluate(sympy.Eq(sym, self.symbols[sym].hint), location)

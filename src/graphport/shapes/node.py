@@ -3,9 +3,25 @@
 torch calls these methods by name (the C++ `PythonSymNodeImpl` and the magic methods
 installed on `torch.SymInt`), so that meta kernels compute output shapes as sympy
 expressions over our symbols. `expr`, `_hint` and `shape_env` are read by torch's
-Python shape helpers; `ShapeEnvAdapter` answers the two ShapeEnv questions they ask.
+Python shape helpers; `ShapeEnvAdapter` answers the ShapeEnv questions they ask.
+
+Integer sizes are exact sympy expressions, rebuilt in the graph from `expr`. Every float
+value (and every value computed from one that sympy cannot model exactly) also keeps its
+`recipe`, the Python operation that made it, so the graph recomputes it operation by
+operation as eager Python does, and its hint is that computation replayed on the example
+sizes. `exact` says whether `expr` equals the eager value for every size: only then do
+the ranges decide questions about it as they do for integers. An inexact value's `expr`
+is the real-number value it approximates (range decisions that are not on a boundary
+still hold) or `Opaque`. Turning such a value into a Python constant, or a question the
+ranges cannot settle, fixes the sizes it depends on, each with a guard.
 """
 from __future__ import annotations
+
+import builtins
+import functools
+import itertools
+import math
+import operator
 
 import sympy
 import torch
@@ -15,12 +31,97 @@ from .env import ShapeEnv
 from .expr import FloorDiv, Mod
 
 
+class Opaque(sympy.Function):
+    """A value graphport does not model in sympy: Opaque(tag, example value, *symbols it
+    depends on). Only its node's recipe computes it."""
+    is_real = True
+
+    @classmethod
+    def eval(cls, *args):
+        return None
+
+    @property
+    def gp_hint(self):
+        value = self.args[1]
+        return bool(value) if value in (sympy.true, sympy.false) else int(value) if value.is_Integer else float(value)
+
+    def _sympystr(self, printer):
+        return f"opaque{self.args[0]}({', '.join(printer._print(a) for a in self.args[2:])})"
+
+
+_tags = itertools.count()
+
+# Python semantics of each recipe operation: the hint replays them on example values.
+def _sym_max(a, b):
+    return builtins.float(builtins.max(a, b)) if isinstance(a, float) or isinstance(b, float) else builtins.max(a, b)
+
+
+def _sym_min(a, b):
+    return builtins.float(builtins.min(a, b)) if isinstance(a, float) or isinstance(b, float) else builtins.min(a, b)
+
+
+_PYTHON = {
+    "add": operator.add, "sub": operator.sub, "mul": operator.mul, "truediv": operator.truediv,
+    "floordiv": operator.floordiv, "mod": operator.mod, "pow": operator.pow, "neg": operator.neg,
+    "abs": builtins.abs, "sym_max": _sym_max, "sym_min": _sym_min, "sqrt": math.sqrt, "sym_float": float,
+    "floor": math.floor, "ceil": math.ceil, "trunc": math.trunc,
+    "eq": operator.eq, "ne": operator.ne, "lt": operator.lt, "le": operator.le, "gt": operator.gt,
+    "ge": operator.ge, "and": lambda a, b: a and b, "or": lambda a, b: a or b, "not": operator.not_,
+    "is_integer": lambda a: float(a).is_integer(),
+}
+
+_SYMPY_ARITH = {
+    "add": operator.add, "sub": operator.sub, "mul": operator.mul,
+    "mod": lambda a, b: Mod(a, b), "sym_max": sympy.Max, "sym_min": sympy.Min,
+}
+_REL = {"eq": sympy.Eq, "ne": sympy.Ne, "lt": sympy.Lt, "le": sympy.Le, "gt": sympy.Gt, "ge": sympy.Ge}
+
+_LIMIT = 2 ** 30   # a float expression with dyadic coefficients this small is computed exactly
+
+
+def _representable(expr: sympy.Basic) -> bool:
+    """Whether floats compute `expr` exactly at realistic sizes: dyadic coefficients, no roots."""
+    if expr.has(Opaque) or any(not (a.is_Integer or a.is_Rational) for a in expr.atoms(sympy.Number)):
+        return False
+    for pw in expr.atoms(sympy.Pow):
+        if not (pw.exp.is_Integer and pw.exp >= 0):
+            return False
+    for num in expr.atoms(sympy.Rational):
+        q = int(num.q)
+        if abs(int(num.p)) > _LIMIT or q > _LIMIT or q & (q - 1):
+            return False
+    return True
+
+
+def _as_ratio(expr: sympy.Basic):
+    """(P, d) with expr == P / d, P an integer-valued expression and d a positive integer, or None."""
+    if expr.has(Opaque):
+        return None
+    num, den = sympy.fraction(sympy.together(expr))
+    if not den.is_Integer or den == 0:
+        return None
+    if den < 0:
+        num, den = -num, -den
+    num = sympy.expand(num)
+    if num.is_integer is not True:
+        return None
+    return num, int(den)
+
+
 class SymNode:
-    def __init__(self, expr: sympy.Basic, env: ShapeEnv, pytype: type):
+    constant = None
+
+    def __init__(self, expr: sympy.Basic, env: ShapeEnv, pytype: type, recipe: tuple | None = None,
+                 exact: bool = True, constant=None):
         self._expr = expr
         self.env = env
         self.pytype = pytype
         self.shape_env = ShapeEnvAdapter(env)
+        self.recipe = recipe        # (operation, *arguments: SymNode or Python constant), or None
+        self.exact = exact          # expr is the eager value at every size
+        self._replayed = None
+        if constant is not None:
+            self.constant = constant
 
     # -- what torch reads -----------------------------------------------------------------
 
@@ -30,7 +131,18 @@ class SymNode:
 
     @property
     def _hint(self):
-        return self.env.hint_of(self._expr)
+        """The value at the example sizes (an optimization hint: answers from it record no guard)."""
+        if self.recipe is None:
+            return self.env.hint_of(self._expr)
+        if self._replayed is None:
+            op, *args = self.recipe
+            values = [a.hint if isinstance(a, SymNode) else a for a in args]
+            self._replayed = (values[0] if op == "const" else _PYTHON[op](*values),)
+        return self._replayed[0]
+
+    @_hint.setter
+    def _hint(self, value):   # torch caches hints on nodes; ours are computed
+        pass
 
     hint = _hint
 
@@ -47,7 +159,7 @@ class SymNode:
         return False
 
     def has_hint(self) -> bool:
-        return True
+        return True   # every symbol comes from an example input size
 
     def is_symbolic(self) -> bool:
         return True
@@ -55,14 +167,13 @@ class SymNode:
     def is_constant(self) -> bool:
         return False
 
-    constant = None
-
     def maybe_as_int(self):
         expr = self.expr
-        return int(expr) if expr.is_Integer else None
+        return int(expr) if expr.is_Integer and self.pytype is int else None
 
     def maybe_as_float(self):
-        return None
+        expr = self.expr
+        return float(expr) if self.exact and self.pytype is float and expr.is_Number else None
 
     def maybe_as_bool(self):
         expr = self.expr
@@ -84,11 +195,21 @@ class SymNode:
     def _new(self, expr, pytype) -> "SymNode":
         return SymNode(expr, self.env, pytype)
 
+    def _made(self, op: str, args: tuple, pytype: type, expr: sympy.Basic | None, exact: bool) -> "SymNode":
+        """A value recomputed in the graph by its recipe; `expr` None: not modelled (Opaque)."""
+        node = SymNode(sympy.Integer(0), self.env, pytype, (op, *args), exact and expr is not None)
+        if expr is None:
+            syms = set().union(*[a.expr.free_symbols for a in args if isinstance(a, SymNode)])
+            expr = Opaque(sympy.Integer(next(_tags)), sympy.sympify(node.hint), *sorted(syms, key=str))
+        node._expr = expr
+        return node
+
     def wrap_int(self, num: int) -> "SymNode":
         return self._new(sympy.Integer(num), int)
 
     def wrap_float(self, num: float) -> "SymNode":
-        return self._new(sympy.Float(num), float)
+        expr = sympy.Rational(num) if math.isfinite(num) else None
+        return self._made("const", (num,), float, expr, True)
 
     def wrap_bool(self, num: bool) -> "SymNode":
         return self._new(sympy.true if num else sympy.false, bool)
@@ -98,88 +219,185 @@ class SymNode:
 
     # -- arithmetic -----------------------------------------------------------------------
 
-    def _arith(self, other: "SymNode", fn) -> "SymNode":
+    def _pure(self, *others) -> bool:
+        return self.recipe is None and all(o.recipe is None for o in others)
+
+    def _binary(self, other: "SymNode", op: str) -> "SymNode":
         pytype = float if float in (self.pytype, other.pytype) else int
-        return self._new(self.env.memo(fn, self.expr, other.expr), pytype)
+        a, b = self.expr, other.expr
+        if pytype is int and self._pure(other):
+            return self._new(self.env.memo(_SYMPY_ARITH[op], a, b), int)
+        exact = self.exact and other.exact
+        expr = None if a.has(Opaque) or b.has(Opaque) else _SYMPY_ARITH[op](a, b)
+        if op == "mod" and pytype is float:
+            expr = None
+        if expr is not None and pytype is float and not _representable(expr):
+            exact = False
+        return self._made(op, (self, other), pytype, expr, exact)
 
     def add(self, other):
-        return self._arith(other, lambda a, b: a + b)
+        return self._binary(other, "add")
 
     def sub(self, other):
-        return self._arith(other, lambda a, b: a - b)
+        return self._binary(other, "sub")
 
     def mul(self, other):
-        return self._arith(other, lambda a, b: a * b)
+        return self._binary(other, "mul")
+
+    def mod(self, other):
+        return self._binary(other, "mod")
+
+    def sym_max(self, other):
+        return self._binary(other, "sym_max")
+
+    def sym_min(self, other):
+        return self._binary(other, "sym_min")
 
     def floordiv(self, other):
-        if float in (self.pytype, other.pytype):
-            return self._new(sympy.floor(self.expr / other.expr), float)
-        return self._new(FloorDiv(self.expr, other.expr), int)
+        if float not in (self.pytype, other.pytype):
+            if self._pure(other):
+                return self._new(FloorDiv(self.expr, other.expr), int)
+            return self._made("floordiv", (self, other), int, None, False)
+        # float // float is floor of the exact quotient, a float
+        ratio = _as_ratio(self.expr / other.expr) if self.exact and other.exact else None
+        expr = FloorDiv(*ratio) if ratio is not None and other.expr.is_Number and other.expr > 0 else None
+        return self._made("floordiv", (self, other), float, expr, True)
 
     int_floordiv = floordiv
 
-    def mod(self, other):
-        return self._arith(other, lambda a, b: Mod(a, b))
-
     def truediv(self, other):
-        return self._new(self.expr / other.expr, float)
+        a, b = self.expr, other.expr
+        expr = None if a.has(Opaque) or b.has(Opaque) else a / b
+        exact = (self.exact and other.exact and expr is not None and b.is_Number and b != 0
+                 and _representable(b) and _representable(1 / b) and _representable(expr))
+        node = self._made("truediv", (self, other), float, expr, exact)
+        # one correctly rounded division of integers: its floor, ceiling and truncation are exact
+        node.ratio = (a, b) if (self.exact and other.exact and self.pytype is int and other.pytype is int
+                                and expr is not None) else None
+        return node
 
     int_truediv = float_truediv = truediv
 
     def pow(self, other):
-        return self._arith(other, lambda a, b: a ** b)
+        a, b = self.expr, other.expr
+        if self.pytype is int and other.pytype is int and self._pure(other):
+            return self._new(a ** b, int)
+        expr = None if a.has(Opaque) or b.has(Opaque) else a ** b
+        pytype = float if float in (self.pytype, other.pytype) else int
+        exact = self.exact and other.exact and expr is not None and _representable(expr)
+        return self._made("pow", (self, other), pytype, expr, exact)
 
-    pow_by_natural = float_pow = pow
+    pow_by_natural = pow
+
+    def float_pow(self, other):
+        node = self.pow(other)
+        if node.pytype is not float:
+            node = node.sym_float()
+        return node
 
     def sym_sum(self, others):
-        return self._new(sympy.Add(*[o.expr for o in others]), int)
-
-    def sym_max(self, other):
-        return self._arith(other, sympy.Max)
-
-    def sym_min(self, other):
-        return self._arith(other, sympy.Min)
+        others = list(others)
+        if self._pure(*others):
+            return self._new(sympy.Add(*[o.expr for o in others]), int)
+        total = others[0]
+        for o in others[1:]:
+            total = total.add(o)
+        return total
 
     def neg(self):
-        return self._new(-self.expr, self.pytype)
+        if self.recipe is None:
+            return self._new(-self.expr, self.pytype)
+        expr = None if self.expr.has(Opaque) else -self.expr
+        return self._made("neg", (self,), self.pytype, expr, self.exact)
 
     def pos(self):
         return self
 
     def abs(self):
-        return self._new(sympy.Abs(self.expr), self.pytype)
+        if self.recipe is None:
+            return self._new(sympy.Abs(self.expr), self.pytype)
+        expr = None if self.expr.has(Opaque) else sympy.Abs(self.expr)
+        return self._made("abs", (self,), self.pytype, expr, self.exact)
+
+    def _to_int(self, mode: str) -> "SymNode":
+        """floor / ceil / trunc of a float: an exact integer expression where the float's
+        value is known exactly (or is one division of integers), else computed in the graph."""
+        if self.pytype is not float:
+            return self
+        ratio = getattr(self, "ratio", None)
+        if ratio is not None and ratio[1].is_Integer and ratio[1] != 0:
+            p, d = ratio
+            found = (p, int(d)) if d > 0 else (-p, -int(d))
+        else:
+            found = _as_ratio(self.expr) if self.exact else None
+        if found is not None:
+            p, d = found
+            if mode == "trunc":
+                if self.env.static_value(sympy.Ge(p, 0)) is True:
+                    mode = "floor"
+                elif self.env.static_value(sympy.Le(p, 0)) is True:
+                    mode = "ceil"
+            if mode == "floor":
+                return self._new(FloorDiv(p, d), int)
+            if mode == "ceil":
+                return self._new(FloorDiv(p + d - 1, d), int)
+        return self._made(mode, (self,), int, None, False)
 
     def floor(self):
-        return self._new(sympy.floor(self.expr), int)
+        return self._to_int("floor")
 
     def ceil(self):
-        return self._new(sympy.ceiling(self.expr), int)
+        return self._to_int("ceil")
 
     def trunc(self):
-        return self._new(sympy.floor(self.expr), int)
+        return self._to_int("trunc")
+
+    sym_int = trunc
 
     def sym_float(self):
-        return self._new(self.expr, float)
-
-    def sym_int(self):
-        return self._new(self.expr, int)
+        if self.pytype is float:
+            return self
+        expr = self.expr
+        return self._made("sym_float", (self,), float, expr, self.exact and not expr.has(Opaque))
 
     def sym_sqrt(self):
-        return self._new(sympy.sqrt(self.expr), float)
+        a = self.expr
+        expr = None if a.has(Opaque) else sympy.sqrt(a)
+        return self._made("sqrt", (self,), float, expr, self.exact and expr is not None and _representable(expr))
+
+    def _fixed(self, value, pytype) -> "SymNode":
+        """A Python value the program computed from sizes: the sizes it depends on become constants."""
+        self._pin()
+        if pytype is bool:
+            node = self.wrap_bool(value)
+        elif pytype is int:
+            node = self.wrap_int(value)
+        else:
+            node = self.wrap_float(value)
+        node.constant = value
+        return node
+
+    def round(self, ndigits=None):
+        # The graph has no round(); the value becomes a constant, guarded.
+        value = builtins.round(self.hint, ndigits)
+        return self._fixed(value, type(value))
+
+    def sym_log2(self):
+        return self._fixed(math.log2(self.hint), float)
+
+    def is_integer(self):
+        if self.pytype is int:
+            return self.wrap_bool(True)
+        found = _as_ratio(self.expr) if self.exact else None
+        if found is not None:
+            p, d = found
+            return self._new(sympy.true if d == 1 else sympy.Eq(Mod(p, d), 0, evaluate=False), bool)
+        return self._made("is_integer", (self,), bool, None, False)
 
     def _unsupported(self, what: str):
         raise UnsupportedFeatureError(
             f"the program applies {what} to a symbolic size ({self.expr}), which graphport cannot express yet",
             fix="compute sizes with +, -, *, // and %, or mark the dimension static")
-
-    def round(self, ndigits=None):
-        self._unsupported("round()")
-
-    def sym_log2(self):
-        self._unsupported("log2")
-
-    def is_integer(self):
-        self._unsupported("float.is_integer()")
 
     def bitwise_and(self, other):
         self._unsupported("a bitwise and")
@@ -200,87 +418,135 @@ class SymNode:
 
     # -- comparisons and logic --------------------------------------------------------------
 
-    def _rel(self, other, fn) -> "SymNode":
+    def _rel(self, other, op: str) -> "SymNode":
+        fn = _REL[op]
         a, b = self.expr, other.expr
-        if a == b:
-            return self.wrap_bool(fn in (sympy.Eq, sympy.Le, sympy.Ge))
-        if a.is_Number and b.is_Number:
-            return self._new(fn(a, b), bool)
-        # Unevaluated: sympy's own evaluation is slow, and the env decides relations anyway.
-        return self._new(fn(a, b, evaluate=False), bool)
+        if self._pure(other):
+            if a == b:
+                return self.wrap_bool(fn in (sympy.Eq, sympy.Le, sympy.Ge))
+            if a.is_Number and b.is_Number:
+                return self._new(fn(a, b), bool)
+            # Unevaluated: sympy's own evaluation is slow, and the env decides relations anyway.
+            return self._new(fn(a, b, evaluate=False), bool)
+        exact = self.exact and other.exact
+        if a.has(Opaque) or b.has(Opaque):
+            expr = None
+        elif a.is_Number and b.is_Number:
+            expr = fn(a, b)
+        else:
+            expr = fn(a, b, evaluate=False)
+        return self._made(op, (self, other), bool, expr, exact)
 
     def eq(self, other):
-        return self._rel(other, sympy.Eq)
+        return self._rel(other, "eq")
 
     def ne(self, other):
-        return self._rel(other, sympy.Ne)
+        return self._rel(other, "ne")
 
     def lt(self, other):
-        return self._rel(other, sympy.Lt)
+        return self._rel(other, "lt")
 
     def le(self, other):
-        return self._rel(other, sympy.Le)
+        return self._rel(other, "le")
 
     def gt(self, other):
-        return self._rel(other, sympy.Gt)
+        return self._rel(other, "gt")
 
     def ge(self, other):
-        return self._rel(other, sympy.Ge)
+        return self._rel(other, "ge")
 
     def sym_and(self, other):
         a, b = self.expr, other.expr
         if a is sympy.false or b is sympy.false:
             return self.wrap_bool(False)
-        return other if a is sympy.true else self if b is sympy.true else self._new(sympy.And(a, b), bool)
+        if a is sympy.true or b is sympy.true:
+            return other if a is sympy.true else self
+        if self._pure(other):
+            return self._new(sympy.And(a, b), bool)
+        expr = None if a.has(Opaque) or b.has(Opaque) else sympy.And(a, b)
+        return self._made("and", (self, other), bool, expr, self.exact and other.exact)
 
     def sym_or(self, other):
         a, b = self.expr, other.expr
         if a is sympy.true or b is sympy.true:
             return self.wrap_bool(True)
-        return other if a is sympy.false else self if b is sympy.false else self._new(sympy.Or(a, b), bool)
+        if a is sympy.false or b is sympy.false:
+            return other if a is sympy.false else self
+        if self._pure(other):
+            return self._new(sympy.Or(a, b), bool)
+        expr = None if a.has(Opaque) or b.has(Opaque) else sympy.Or(a, b)
+        return self._made("or", (self, other), bool, expr, self.exact and other.exact)
 
     and_, or_ = sym_and, sym_or
 
     def sym_not(self):
-        return self._new(sympy.Not(self.expr), bool)
+        if self.recipe is None:
+            return self._new(sympy.Not(self.expr), bool)
+        expr = None if self.expr.has(Opaque) else sympy.Not(self.expr)
+        return self._made("not", (self,), bool, expr, self.exact)
 
     def sym_ite(self, then, otherwise):
-        return then if self.bool_() else otherwise
+        # Deciding the condition (with a guard when the ranges do not settle it) is sound;
+        # torch keeps a Piecewise instead, which our range reasoning cannot bound.
+        return then if self.guard_bool() else otherwise
 
     # -- answers (these record guards) ----------------------------------------------------------
 
+    def _pin(self) -> None:
+        """Fix every size this value depends on to its example value, each with a guard."""
+        for sym in sorted(self.expr.free_symbols, key=lambda s: int(str(s)[1:])):
+            self.env.pin(sym)
+
+    def _static(self):
+        """The truth of this relation if the ranges settle it, without guarding; for a value
+        the ranges model only approximately, only if the answer is not on a boundary."""
+        if self.recipe is None or self.exact:
+            return self.env.static_value(self.expr)
+        return _static_approx(self.env, self.expr)
+
     def guard_bool(self, file: str = "", line: int = 0) -> bool:
-        return self.env.evaluate(self.expr)
+        if self.recipe is None or self.exact:
+            return self.env.evaluate(self.expr)
+        found = _static_approx(self.env, self.expr)
+        if found is not None:
+            return found
+        self._pin()
+        return builtins.bool(self.hint)
 
     bool_ = guard_bool
+    expect_true = guard_bool
 
     def guard_or_false(self, file: str = "", line: int = 0) -> bool:
         """Kernels ask this for fast paths where False is always a valid answer: no guard."""
-        found = self.env.static_value(self.expr)
+        found = self._static()
         return False if found is None else found
 
     def guard_or_true(self, file: str = "", line: int = 0) -> bool:
-        found = self.env.static_value(self.expr)
+        found = self._static()
         return True if found is None else found
 
     def guard_size_oblivious(self, file: str = "", line: int = 0) -> bool:
         """Answered as if every size were at least 2, guarding only if that does not settle it."""
-        found = self.env.static_value(self.expr)
-        return self.env.evaluate(self.expr) if found is None else found
-
-    def expect_true(self, file: str = "", line: int = 0) -> bool:
-        return self.env.evaluate(self.expr)
+        found = self._static()
+        return self.guard_bool() if found is None else found
 
     def statically_known_true(self, file: str = "", line: int = 0) -> bool:
-        return self.env.static_value(self.expr) is True
+        return self._static() is True
 
     def guard_int(self, file: str = "", line: int = 0) -> int:
-        return self.env.specialize(self.expr)
+        """The program needs a Python int (int(), an index): a constant, guarded."""
+        if self.recipe is None or self.exact:
+            return int(self.env.specialize(self.expr))
+        self._pin()
+        return int(self.hint)
 
     int_ = guard_int
 
     def guard_float(self, file: str = "", line: int = 0) -> float:
-        return float(self.env.hint_of(self.expr))
+        """The program needs a Python float (float(), math.sqrt()): a constant, guarded."""
+        value = float(self.hint)
+        self._pin()
+        return value
 
     # -- layout questions (asked by TensorImpl for symbolic sizes) ---------------------------
 
@@ -300,8 +566,49 @@ class SymNode:
     is_channels_last_strides_3d = is_channels_last_contiguous_3d
 
     def is_non_overlapping_and_dense(self, sizes, strides):
-        order = sorted(range(len(sizes)), key=lambda i: self.env.hint_of(strides[i].expr))
+        # Dense in stride order: the order itself is decided with guards, not read from hints.
+        env = self.env
+
+        def compare(i, j):
+            a, b = strides[i].expr, strides[j].expr
+            if a == b:
+                return 0
+            if env.evaluate(sympy.Lt(a, b)):
+                return -1
+            return 1 if env.evaluate(sympy.Lt(b, a)) else 0
+
+        order = sorted(range(len(sizes)), key=functools.cmp_to_key(compare))
         return self._layout(sizes, strides, order)
+
+
+def _static_approx(env: ShapeEnv, rel: sympy.Basic):
+    """Range decision for a relation between approximately modelled values: accepted only
+    when it does not rest on a boundary case (equality), where rounding could flip it."""
+    rel = env.simplify(rel)
+    if rel is sympy.true or rel is sympy.false or rel.has(Opaque):
+        return None
+    if not isinstance(rel, sympy.core.relational.Relational):
+        return None
+    found = env.static_value(rel)
+    if found is None:
+        return None
+    op, a, b = rel.rel_op, rel.lhs, rel.rhs
+    if op == "==":
+        return None if found else False
+    if op == "!=":
+        return True if found else None
+    strict = {"<=": sympy.Lt, ">=": sympy.Gt}.get(op)
+    loose = {"<": sympy.Le, ">": sympy.Ge}.get(op)
+    if found and strict is not None:
+        return True if env.static_value(strict(a, b, evaluate=False)) is True else None
+    if not found and loose is not None:
+        return False if env.static_value(loose(a, b, evaluate=False)) is False else None
+    return found
+
+
+def _approximate(expr: sympy.Basic) -> bool:
+    """Whether a bare expression (no node to ask) may stand for a rounded float value."""
+    return expr.has(Opaque) or any(not a.is_Integer for a in expr.atoms(sympy.Number))
 
 
 def _strides_follow(env: ShapeEnv, sizes, strides, order) -> bool:
@@ -318,20 +625,25 @@ def _strides_follow(env: ShapeEnv, sizes, strides, order) -> bool:
 
 
 class ShapeEnvAdapter:
-    """The ShapeEnv questions torch's Python shape helpers ask of `node.shape_env`."""
+    """The ShapeEnv questions torch's Python shape helpers ask of `node.shape_env`.
+
+    The hint questions answer with the example sizes and record no guard: torch's callers
+    use them only for choices that are valid at every size (optimizations) or guard the
+    choice themselves (`torch._check` after `guarding_hint_or_throw`)."""
 
     def __init__(self, env: ShapeEnv):
         self.env = env
 
     def _maybe_evaluate_static(self, expr, **kwargs):
-        found = self.env.static_value(expr)
+        expr = self.env.simplify(expr)
+        found = _static_approx(self.env, expr) if _approximate(expr) else self.env.static_value(expr)
         return None if found is None else sympy.true if found else sympy.false
 
     def evaluate_sym_node(self, node, size_oblivious=False, fallback_value=None):
         if fallback_value is not None:   # guard_or_false / guard_or_true: the default needs no guard
-            found = self.env.static_value(node.expr)
+            found = node._static()
             return fallback_value if found is None else found
-        return self.env.evaluate(node.expr)
+        return node.guard_size_oblivious() if size_oblivious else node.guard_bool()
 
     def guarding_hint_or_throw(self, expr):
         return self.env.hint_of(expr)

@@ -1,0 +1,85 @@
+"""Every private PyTorch API graphport touches, reached through this one module.
+
+Written for torch 2.13. These names are not covered by torch's compatibility promise, so
+when torch moves one of them, this file is the one place to change. Public torch APIs
+(`torch.fx`, `torch.library`, `torch.SymInt`, ...) are used directly elsewhere.
+"""
+from __future__ import annotations
+
+import warnings
+
+import torch
+from torch._dispatch.python import enable_python_dispatcher
+from torch.utils import _pytree as pytree
+from torch.utils._python_dispatch import TorchDispatchMode
+
+WRITTEN_FOR = "2.13"
+
+if not torch.__version__.startswith(WRITTEN_FOR):
+    warnings.warn(f"graphport was written for torch {WRITTEN_FOR}.x; this is torch {torch.__version__}, "
+                  "whose private APIs graphport relies on (graphport/_torch.py) may differ", stacklevel=2)
+
+OpOverload = torch._ops.OpOverload
+HigherOrderOperator = torch._ops.HigherOrderOperator
+disabled_torch_function_impl = torch._C._disabled_torch_function_impl
+# Dispatch below autograd: composite ops reach a dispatch mode whole, as export wants them.
+below_autograd = torch._C._AutoDispatchBelowADInplaceOrView
+make_wrapper_subclass = torch.Tensor._make_wrapper_subclass
+
+__all__ = ["OpOverload", "HigherOrderOperator", "TorchDispatchMode", "enable_python_dispatcher", "pytree",
+           "below_autograd", "make_wrapper_subclass", "disabled_torch_function_impl", "has_kernel",
+           "is_composite_implicit", "has_meta_kernel", "higher_order_operators", "compiler_flags",
+           "set_compiler_flags", "hop_entry_module"]
+
+_CIA = torch._C.DispatchKey.CompositeImplicitAutograd
+_META_CAPABLE = (torch._C.DispatchKey.Meta, torch._C.DispatchKey.CompositeExplicitAutograd,
+                 torch._C.DispatchKey.CompositeExplicitAutogradNonFunctional, _CIA)
+
+
+def has_kernel(op: OpOverload) -> bool:
+    return torch._C._dispatch_has_kernel(op.name())
+
+
+def is_composite_implicit(op: OpOverload) -> bool:
+    return torch._C._dispatch_has_kernel_for_dispatch_key(op.name(), _CIA) or _CIA in op.py_kernels
+
+
+def has_meta_kernel(op: OpOverload) -> bool:
+    """Whether the op can compute on meta tensors: a Meta or composite kernel, in C++ or
+    Python (torch.library's register_fake registers a Meta kernel)."""
+    custom = _custom_op_definition(op)
+    if custom is not None:   # torch.library.custom_op: a fake kernel is registered with register_fake
+        return custom._abstract_fn is not None
+    name = op.name()
+    if any(torch._C._dispatch_has_kernel_for_dispatch_key(name, key) or key in op.py_kernels
+           for key in _META_CAPABLE):
+        return True
+    return False
+
+
+def _custom_op_definition(op: OpOverload):
+    from torch._library.custom_ops import OPDEFS
+    return OPDEFS.get(op._schema.name)
+
+
+def higher_order_operators() -> list[HigherOrderOperator]:
+    """Every higher-order operator torch has created so far (they register as imported)."""
+    return list(torch._ops._higher_order_ops.values())
+
+
+def compiler_flags() -> tuple[bool, bool]:
+    """(is_exporting, is_compiling) as `torch.compiler` reports them."""
+    import torch.compiler as tc
+    return tc._is_exporting_flag, tc._is_compiling_flag
+
+
+def set_compiler_flags(exporting: bool, compiling: bool) -> None:
+    import torch.compiler as tc
+    tc._is_exporting_flag, tc._is_compiling_flag = exporting, compiling
+
+
+def hop_entry_module():
+    """The module whose `_hop_compile_and_call` every Python entry point of a control-flow
+    operator (torch.cond, while_loop, map, scan) funnels through outside torch.compile."""
+    import torch._higher_order_ops.utils as hop_utils
+    return hop_utils

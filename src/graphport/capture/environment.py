@@ -1,0 +1,191 @@
+"""The capture environment: every change capture makes outside its own objects, in one place.
+
+While a program is captured, some process-wide state must differ from normal:
+`torch.compiler.is_exporting()` / `is_compiling()` answer True (libraries pick traceable
+code paths on them), builtin `max`/`min` keep symbolic sizes symbolic, control-flow
+operators reach graphport instead of torch.compile, global module hooks track the
+module stack, and the module's own state is swapped for tracers. `capture_environment`
+enters all of it as one context and restores all of it on every exit path.
+
+Captures hold one process-wide re-entrant lock: the state they change is global, so two
+threads exporting at once take turns, and a capture started inside another (re-entry on
+the same thread) nests and restores in order.
+"""
+from __future__ import annotations
+
+import builtins
+import contextlib
+import copy
+import functools
+import threading
+from typing import Callable, Iterator
+
+import torch
+
+from .. import _torch
+from ..errors import UnsupportedFeatureError
+
+_LOCK = threading.RLock()
+_active = threading.local()   # .depth: captures running on this thread
+
+
+def capturing() -> bool:
+    """Whether this thread is inside a graphport capture."""
+    return getattr(_active, "depth", 0) > 0
+
+
+@contextlib.contextmanager
+def capture_environment(module_stack_hooks: tuple[Callable, Callable] | None, symbolic: bool) -> Iterator[None]:
+    """Enter everything capture changes outside itself; restore it all on exit.
+
+    `module_stack_hooks` is (pre, post) forward hooks that track the running module;
+    `symbolic` enables torch's Python meta kernels and symbolic builtin max/min.
+    """
+    with _LOCK, contextlib.ExitStack() as stack:
+        _active.depth = getattr(_active, "depth", 0) + 1
+        stack.callback(_leave)
+        stack.enter_context(_compiler_flags())
+        stack.enter_context(_control_flow_entry())
+        if module_stack_hooks is not None:
+            stack.enter_context(_global_module_hooks(*module_stack_hooks))
+        if symbolic:
+            # torch's Python meta kernels and references handle symbolic sizes; many C++ ones do not
+            stack.enter_context(_torch.enable_python_dispatcher())
+            stack.enter_context(_symbolic_min_max())
+        stack.enter_context(_torch.below_autograd())
+        yield
+
+
+def _leave() -> None:
+    _active.depth -= 1
+
+
+@contextlib.contextmanager
+def _compiler_flags():
+    """torch.compiler.is_exporting() / is_compiling() answer True while we capture."""
+    saved = _torch.compiler_flags()
+    _torch.set_compiler_flags(True, True)
+    try:
+        yield
+    finally:
+        _torch.set_compiler_flags(*saved)
+
+
+@contextlib.contextmanager
+def _global_module_hooks(pre: Callable, post: Callable):
+    pre_handle = torch.nn.modules.module.register_module_forward_pre_hook(pre)
+    post_handle = torch.nn.modules.module.register_module_forward_hook(post, always_call=True)
+    try:
+        yield
+    finally:
+        pre_handle.remove()
+        post_handle.remove()
+
+
+@contextlib.contextmanager
+def _symbolic_min_max():
+    """`max(x.shape[0], 3)` keeps the size symbolic (torch.sym_max) instead of guarding on a
+    comparison, as torch.export's non-strict mode does. Calls without graphport's symbolic
+    values (any other thread's) behave exactly as the builtins."""
+    from .sizes import is_sym
+    real_max, real_min = builtins.max, builtins.min
+
+    def pick(real, symbolic):
+        def choose(*args, **kwargs):
+            values = args[0] if len(args) == 1 and not kwargs and isinstance(args[0], (list, tuple)) else args
+            if not kwargs and len(values) >= 2 and any(is_sym(v) for v in values) \
+                    and all(isinstance(v, (int, torch.SymInt)) for v in values):
+                return functools.reduce(symbolic, values)
+            return real(*args, **kwargs)
+        return choose
+
+    builtins.max, builtins.min = pick(real_max, torch.sym_max), pick(real_min, torch.sym_min)
+    try:
+        yield
+    finally:
+        builtins.max, builtins.min = real_max, real_min
+
+
+# -- control-flow operators ------------------------------------------------------------------
+#
+# However the user spells it (torch.cond, `from torch import cond`,
+# functorch.experimental.control_flow.cond, torch.ops.higher_order.cond), a control-flow
+# call reaches its higher-order operator; outside torch.compile the Python entry points
+# first hand the call to torch.compile through one funnel. During capture the funnel calls
+# the operator directly, and the operator dispatches to the capture mode's rule for it.
+
+@contextlib.contextmanager
+def _control_flow_entry():
+    module = _torch.hop_entry_module()
+    real = module._hop_compile_and_call
+
+    def call_operator(fn, args, kwargs=None):
+        if not capturing():
+            return real(fn, args, kwargs)
+        return fn(*args, **(kwargs or {}))
+
+    module._hop_compile_and_call = call_operator
+    try:
+        yield
+    finally:
+        module._hop_compile_and_call = real
+
+
+def refuse_higher_order_operator(name: str):
+    """The capture rule for a higher-order operator graphport cannot capture yet."""
+    def rule(mode, *args, **kwargs):
+        raise UnsupportedFeatureError(
+            f"the program calls torch's higher-order operator '{name}' (torch.cond, map, while_loop, scan and "
+            "friends), which graphport cannot capture yet",
+            fix="replace a data-dependent branch with torch.where(pred, a, b) computing both sides, or unroll "
+                "the loop in Python over a static count")
+    return rule
+
+
+def register_higher_order_rules(mode_type: type, rules: dict[str, Callable]) -> None:
+    """Route every higher-order operator called under `mode_type` to its rule (or a refusal).
+
+    torch creates operators as their modules are imported, so this runs at each capture;
+    registering is idempotent and only affects dispatch under graphport's own mode."""
+    for op in _torch.higher_order_operators():
+        if mode_type not in op.python_key_table:
+            op.py_impl(mode_type)(rules.get(op.name(), refuse_higher_order_operator(op.name())))
+
+
+# -- the module, as the capture found it -------------------------------------------------------
+
+class ModuleSnapshot:
+    """Plain Python attributes of every submodule, restored after capture.
+
+    forward may change them (`self.calls += 1`, `self.cache.append(x)`); export must leave
+    the model exactly as it found it. Lists, dicts and sets are restored in place, so
+    objects the user holds keep their identity."""
+
+    def __init__(self, root: torch.nn.Module):
+        self.saved = []
+        for _, mod in root.named_modules(remove_duplicate=True):
+            attrs = dict(vars(mod))
+            containers = {k: copy.copy(v) for k, v in attrs.items() if type(v) in (list, dict, set)}
+            self.saved.append((mod, attrs, containers))
+
+    def restore(self) -> None:
+        for mod, attrs, containers in self.saved:
+            current = vars(mod)
+            for key in [k for k in current if k not in attrs]:
+                del current[key]
+            for key, value in attrs.items():
+                if current.get(key, _MISSING) is not value:
+                    current[key] = value
+                if key in containers:
+                    _restore_container(value, containers[key])
+
+
+_MISSING = object()
+
+
+def _restore_container(target, saved) -> None:
+    if isinstance(target, list):
+        target[:] = saved
+    else:
+        target.clear()
+        target.update(saved)

@@ -1,0 +1,231 @@
+"""The capture mode: intercepts every ATen call on tracers and records it.
+
+Capture never runs real kernels: each op runs on the meta tensors inside the tracers,
+which gives output shapes and dtypes, and is recorded through the Recorder. The graph is
+functional as it is recorded: an in-place, out= or mutating op is recorded as its pure
+variant and the written tensors are rebound to the new values.
+"""
+from __future__ import annotations
+
+import torch
+
+from .. import _torch
+from ..errors import DataDependentError, OperatorError, UnsupportedFeatureError, UnsupportedOperatorError
+from ..ops.kinds import DATA_DEPENDENT_SHAPE, DATA_READS, METADATA_MUTATING, Kind, op_info
+from ..ops.policy import EXPORT_DEFAULT, DispatchPolicy
+from ..ops.views import ViewWriteError
+from .environment import register_higher_order_rules
+from .recorder import Recorder
+from .rules import HIGHER_ORDER, SPECIAL
+from .tracer import META, TracerTensor, data_dependent
+
+aten = torch.ops.aten
+pytree = _torch.pytree
+
+
+class CaptureMode(_torch.TorchDispatchMode):
+    def __init__(self, recorder: Recorder, policy: DispatchPolicy = EXPORT_DEFAULT):
+        super().__init__()
+        self.rec = recorder
+        self.policy = policy
+        register_higher_order_rules(CaptureMode, HIGHER_ORDER)
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        special = SPECIAL.get(func)
+        if special is not None:
+            return special(self, *args, **kwargs)
+        if func in DATA_READS:
+            raise data_dependent(DATA_READS[func])
+        if func in DATA_DEPENDENT_SHAPE:
+            raise DataDependentError(
+                f"the program uses {DATA_DEPENDENT_SHAPE[func]}, whose output shape is data-dependent (it depends on "
+                "tensor values)",
+                fix="keep shapes static: use torch.where(mask, x, other) or multiply by the mask instead of "
+                    "selecting elements")
+        if self.policy.keep(func):
+            return self.call_kept_composite(func, args, kwargs)
+        decomposition = self.policy.decomposition(func)
+        if decomposition is not None:
+            with self:
+                out = decomposition(*args, **kwargs)
+            if out is not NotImplemented:
+                return out
+        info = op_info(func)
+        if info.kind is Kind.FUNCTIONAL:
+            return self.call(func, args, kwargs)
+        if info.kind is Kind.VIEW:
+            return self.call(func, args, kwargs, view=True)
+        return self.mutate(func, info, args, kwargs)
+
+    # -- running on meta ----------------------------------------------------------------
+
+    def _meta(self, a):
+        if isinstance(a, TracerTensor):
+            return a.gp_meta
+        if isinstance(a, torch.Tensor):
+            return self.rec.constant(a).gp_meta
+        if isinstance(a, torch.device):
+            return META
+        return a
+
+    def _device(self, args, kwargs) -> torch.device:
+        device = kwargs.get("device")
+        if device is not None:
+            return torch.device(device)
+        for a in pytree.tree_leaves(args):
+            if isinstance(a, torch.Tensor):
+                return a.device
+        return torch.device("cpu")
+
+    def run_meta(self, func, args, kwargs, cache: bool = True):
+        """The op's output metadata. An op that rejects its arguments raises OperatorError
+        with eager's message; an op with no meta kernel raises UnsupportedOperatorError.
+        Classified by the operator and the exception's type, never by its text."""
+        meta_args, meta_kwargs = pytree.tree_map(self._meta, (args, kwargs))
+        try:
+            if not cache:
+                return func(*meta_args, **meta_kwargs)
+            return self.rec.meta_cache.run(func, meta_args, meta_kwargs, lambda: func(*meta_args, **meta_kwargs))
+        except (NotImplementedError, RuntimeError, ValueError, TypeError, IndexError) as e:
+            if isinstance(e, NotImplementedError) or not _torch.has_meta_kernel(func):
+                raise _no_meta_kernel(func, e) from None
+            message = str(e).strip().splitlines()[0][:500] if str(e).strip() else type(e).__name__
+            raise OperatorError(
+                f"{func.name()} failed on the example inputs: {message}",
+                fix="this call fails the same way in eager PyTorch; check the shapes and dtypes reaching it") from e
+
+    # -- recording ------------------------------------------------------------------------
+
+    def call(self, func, args, kwargs, view: bool = False):
+        val = self.run_meta(func, args, kwargs, cache=not view)
+        node_args, node_kwargs = pytree.tree_map(self.rec.graph_arg, (args, kwargs))
+        node = self.rec.node(func, node_args, node_kwargs, val)
+        self.rec.user_calls.add(node)
+        device = self._device(args, kwargs)
+        if view and isinstance(args[0], TracerTensor):
+            return self.rec.wrap(val, node, device, view_of=args[0], step=(func, tuple(node_args[1:]), node_kwargs))
+        return self.rec.wrap(val, node, device)
+
+    def call_kept_composite(self, func, args, kwargs):
+        """A composite op kept as one node. Its output metadata comes from running its
+        decomposition on the tracers, in a scope whose graph is thrown away: composite ops
+        pick kernels by device (CPU attention returns a transposed layout), and strides
+        decide later view-or-copy choices, so they must be the ones the real run will have."""
+        def decomposed_meta():
+            try:
+                with self.rec.child_scope(recording=False), self:
+                    out = func.decompose(*args, **kwargs)
+            except UnsupportedFeatureError:
+                return None  # its insides do what capture cannot express; its meta kernel can still answer
+            return None if out is NotImplemented else pytree.tree_map_only(TracerTensor, lambda t: t.gp_meta, out)
+
+        val = self.rec.meta_cache.run(("decomposed", func), args, kwargs, decomposed_meta)
+        if val is None:
+            return self.call(func, args, kwargs)
+        node_args, node_kwargs = pytree.tree_map(self.rec.graph_arg, (args, kwargs))
+        node = self.rec.node(func, node_args, node_kwargs, val)
+        self.rec.user_calls.add(node)
+        return self.rec.wrap(val, node, self._device(args, kwargs))
+
+    def mutate(self, func, info, args, kwargs):
+        if info.functional is None:
+            raise UnsupportedFeatureError(
+                f"the in-place operator {func} has no functional counterpart graphport knows",
+                fix="use the out-of-place form of the operation (for example `x = x.op(...)` instead of `x.op_(...)`)")
+        self.run_meta(func, args, kwargs)  # eager's checks (dtype casts, broadcast into self)
+        schema = func._schema
+        bound = _bind(schema, args, kwargs)
+        if info.kind is Kind.INPLACE:
+            target = args[0]
+            if func is aten.copy_.default and _overwrites_input(self.rec, target, args[1]):
+                self.write(target, args[1])  # the input's new value is the source itself
+                return target
+            if func.overloadpacket.__name__ in METADATA_MUTATING:
+                raise UnsupportedFeatureError(
+                    f"the in-place operator {func} changes a tensor's shape or strides in place",
+                    fix=f"use the out-of-place form: `x = x.{func.overloadpacket.__name__.rstrip('_')}(...)`")
+            self.write(target, self.call(info.functional, args, kwargs))
+            return target
+        if info.kind is Kind.OUT:
+            outs = [bound[name] for name in info.mutated_args]
+            fargs, fkwargs = _unbind(info.functional._schema, bound)
+            result = self.call(info.functional, fargs, fkwargs)
+            results = result if isinstance(result, (tuple, list)) else (result,)
+            for out, value in zip(outs, results):
+                self.write(out, value)
+            return outs[0] if len(outs) == 1 else tuple(outs)
+        # MUTATING: the functional variant returns the op's results then the new values.
+        fargs, fkwargs = _unbind(info.functional._schema, bound)
+        result = self.call(info.functional, fargs, fkwargs)
+        n_returns = len(schema.returns)
+        for name, value in zip(info.mutated_args, result[n_returns:]):
+            if bound.get(name) is not None:
+                self.write(bound[name], value)
+        kept = tuple(result[:n_returns])
+        return kept[0] if n_returns == 1 else kept
+
+    def write(self, target, value: TracerTensor) -> None:
+        """Make `target` hold `value` from now on, as an in-place write would."""
+        if not isinstance(target, TracerTensor):
+            raise UnsupportedFeatureError(
+                "the program writes in place into a tensor that is not an input, parameter, buffer or "
+                "a tensor computed inside forward",
+                fix="register the tensor as a buffer (self.register_buffer(name, tensor)) so its update is captured")
+        if tuple(value.shape) != tuple(target.shape):
+            raise UnsupportedFeatureError(
+                f"an out= or in-place write resizes a tensor from {list(target.shape)} to {list(value.shape)}",
+                fix="assign the result to a new variable instead of writing into an existing tensor")
+        node = self.rec.value(value)
+        if value.dtype != target.dtype:
+            node = self.rec.emit(aten._to_copy.default, (node,), {"dtype": target.dtype})
+        try:
+            self.rec.assign(target, node)
+        except ViewWriteError as e:
+            raise UnsupportedFeatureError(
+                f"the program writes in place through a view graphport cannot write back: {e}",
+                fix="clone the view first (`v = v.clone()`) and write into the clone, or write into the base tensor "
+                    "directly") from None
+
+
+def _overwrites_input(rec: Recorder, dst, src) -> bool:
+    """`buf.copy_(x)` on a whole input or buffer: its new value is x, no copy node needed."""
+    return (isinstance(src, TracerTensor) and dst.gp_base is None and id(dst) in rec.placeholder_tracers
+            and src.shape == dst.shape and src.dtype == dst.dtype and src.device == dst.device)
+
+
+def _bind(schema, args, kwargs) -> dict:
+    bound = {}
+    for i, a in enumerate(schema.arguments):
+        if i < len(args) and not a.kwarg_only:
+            bound[a.name] = args[i]
+        elif a.name in kwargs:
+            bound[a.name] = kwargs[a.name]
+        elif a.has_default_value():
+            bound[a.name] = a.default_value
+        else:
+            bound[a.name] = None
+    return bound
+
+
+def _unbind(schema, bound: dict) -> tuple[tuple, dict]:
+    args, kwargs = [], {}
+    for a in schema.arguments:
+        if a.name not in bound:
+            continue
+        if a.kwarg_only:
+            kwargs[a.name] = bound[a.name]
+        else:
+            args.append(bound[a.name])
+    return tuple(args), kwargs
+
+
+def _no_meta_kernel(func, error: Exception) -> UnsupportedOperatorError:
+    name = func.name().split(".")[0]
+    return UnsupportedOperatorError(
+        f"the operator {name} has no meta (fake) kernel, so graphport cannot compute its output shape "
+        f"without running it ({str(error).splitlines()[0][:200] if str(error) else type(error).__name__})",
+        fix=f'register a shape function for it:\n'
+            f'    @torch.library.register_fake("{name}")\n'
+            f'    def _(x, ...):\n'
+            f'        return torch.empty_like(x)  # a tensor with the output\'s shape and dtype')

@@ -1,0 +1,226 @@
+"""The recorder: owns the scopes being recorded and what each tracer stands for in them.
+
+Every graph value is made here: placeholders for inputs, state and constants (in the
+root scope), op calls with their metadata (`val`, the user's stack, the module stack),
+size expressions, and the functional form of writes: a write to a tensor rebinds it to a
+new value; a write through a view is scattered back up the view chain to its base, and
+other views of that base are recomputed from it when next used.
+"""
+from __future__ import annotations
+
+import contextlib
+import operator
+from typing import Any, Callable
+
+import torch
+import torch.fx as fx
+
+from .. import _torch
+from ..errors import InternalError
+from ..ops.views import ViewStep, replay, scatter_back
+from ..source import user_stack
+from .meta_cache import MetaCache
+from .scope import Scope
+from .sizes import SizeValues, is_sym
+from .tracer import TracerTensor, meta_like
+
+pytree = _torch.pytree
+
+
+class Recorder:
+    def __init__(self, entry_frame=None):
+        self.root = self.scope = Scope()
+        self.entry_frame = entry_frame
+        self.module_stack: list[tuple[str, str]] = []      # (fqn, qualified type) of active modules
+        self.constants: dict[int, TracerTensor] = {}       # id(real tensor) -> its lifted tracer
+        self.constant_values: dict[str, torch.Tensor] = {}  # target -> real tensor
+        self.constant_names: dict[int, str] = {}           # id(attribute tensor) -> attribute fqn
+        self.constant_targets: dict[str, str] = {}         # placeholder name -> constant target
+        self.placeholders: list[fx.Node] = []               # in the order they were created
+        self.placeholder_tracers: set[int] = set()          # id() of tracers standing for placeholders
+        self.user_calls: set[fx.Node] = set()               # nodes the program asked for (never dead code)
+        self.sizes: SizeValues | None = None                # when the capture has symbolic sizes
+        self.meta_cache = MetaCache()
+        self.fallback_stack: tuple = ()   # source location for nodes made after the program returned
+        self._keepalive: list[torch.Tensor] = []
+
+    @property
+    def graph(self) -> fx.Graph:
+        return self.root.graph
+
+    @contextlib.contextmanager
+    def child_scope(self, recording: bool = True):
+        """Record into a new scope nested in the current one."""
+        outer = self.scope
+        self.scope = Scope(outer, recording)
+        try:
+            yield self.scope
+        finally:
+            self.scope = outer
+
+    # -- placeholders -------------------------------------------------------------------
+
+    def placeholder(self, name: str, example: Any) -> fx.Node:
+        node = self.root.graph.placeholder(name)
+        node.meta["val"] = example
+        self.placeholders.append(node)
+        return node
+
+    def tracer_for_placeholder(self, name: str, real: torch.Tensor, meta: torch.Tensor | None = None) -> TracerTensor:
+        meta = meta_like(real) if meta is None else meta
+        node = self.placeholder(name, meta)
+        tracer = TracerTensor(meta, real.device, node.name)
+        self.root.bind(tracer, node, 0)
+        self.placeholder_tracers.add(id(tracer))
+        return tracer
+
+    def constant(self, real: torch.Tensor) -> TracerTensor:
+        """The tracer for a real tensor met during capture: a lifted constant input."""
+        known = self.constants.get(id(real))
+        if known is not None:
+            return known
+        target = self.constant_names.get(id(real))
+        if target is None:
+            target = f"lifted_tensor_{sum(name.startswith('lifted_tensor_') for name in self.constant_values)}"
+        tracer = self.tracer_for_placeholder("c_" + target.replace(".", "_"), real)
+        self.constant_targets[self.root.binding(tracer)[0].name] = target
+        self.constants[id(real)] = tracer
+        self.constant_values[target] = real
+        self._keepalive.append(real)  # ids stay unique while capture runs
+        return tracer
+
+    # -- values -------------------------------------------------------------------------
+
+    def value(self, t: TracerTensor) -> fx.Node:
+        """The graph value `t` stands for in the current scope, recomputing a stale view."""
+        found = self.scope.binding(t)
+        if found is None:
+            raise InternalError(f"{t!r} has no value in the scope being recorded")
+        node, version = found
+        base = t.gp_base
+        if base is not None and version != base.gp_version:
+            node = self.value(base)
+            for step in t.gp_chain:
+                node = replay(step, node, self.emit)
+            self.scope.bind(t, node, base.gp_version)
+        return node
+
+    def root_value(self, t: TracerTensor) -> fx.Node:
+        return self.root.binding(t)[0]
+
+    def sym_value(self, v) -> Any:
+        """The graph value (node or constant) of a SymInt/SymFloat/SymBool in the current scope."""
+        return self._size_in(self.scope, v)
+
+    def _size_in(self, scope: Scope, v) -> Any:
+        if scope.parent is None:
+            return self.sizes.value(v, self._emit_root)
+        outer = self._size_in(scope.parent, v)
+        return scope.size(outer, outer) if isinstance(outer, fx.Node) else outer
+
+    def _emit_root(self, target, args, kwargs=None) -> fx.Node:
+        inner, self.scope = self.scope, self.root
+        try:
+            return self.emit(target, args, kwargs)
+        finally:
+            self.scope = inner
+
+    def graph_arg(self, a) -> Any:
+        """An op argument as a graph value: tracers and sizes become nodes."""
+        if isinstance(a, TracerTensor):
+            return self.value(a)
+        if isinstance(a, torch.Tensor):
+            return self.value(self.constant(a))
+        if is_sym(a):
+            return self.sym_value(a)
+        return a
+
+    # -- recording ----------------------------------------------------------------------
+
+    def emit(self, target: Callable, args: tuple, kwargs: dict | None = None) -> fx.Node:
+        """Record a call made by capture itself (view replays, scatters, size arithmetic).
+        Arguments are graph values or sizes; the node's `val` is computed from theirs."""
+        kwargs = kwargs or {}
+        meta_args, meta_kwargs = pytree.tree_map_only(fx.Node, lambda n: n.meta["val"], (args, kwargs))
+        val = target(*meta_args, **meta_kwargs)
+        node_args, node_kwargs = pytree.tree_map(self.graph_arg, (args, kwargs))
+        return self.node(target, node_args, node_kwargs, val)
+
+    def node(self, target, args, kwargs, val) -> fx.Node:
+        name = target.overloadpacket.__name__ if isinstance(target, _torch.OpOverload) else target.__name__
+        scope = self.scope
+        node = scope.graph.create_node("call_function", target, args, kwargs, name=name)
+        node.meta["val"] = val
+        if scope.recording:
+            node.meta["gp_stack"] = user_stack(self.entry_frame) or self.fallback_stack
+            node.meta["nn_module_stack"] = {f"L__self__{fqn}": (fqn, typ) for fqn, typ in self.module_stack}
+        return node
+
+    def wrap(self, val: Any, node: fx.Node, device: torch.device, view_of: TracerTensor | None = None,
+             step: tuple | None = None) -> Any:
+        """Tracer tensors for an op's meta output `val`, recorded as `node`."""
+        if isinstance(val, torch.Tensor):
+            return self._wrap_one(val, node, device, view_of, step, None)
+        if isinstance(val, (tuple, list)):
+            out = []
+            for i, v in enumerate(val):
+                if isinstance(v, torch.Tensor):
+                    item = self.node(operator.getitem, (node, i), {}, v)
+                    out.append(self._wrap_one(v, item, device, view_of, step, i))
+                else:
+                    out.append(v)
+            return type(val)(out)
+        return val
+
+    def _wrap_one(self, meta, node, device, view_of, step, index) -> TracerTensor:
+        if view_of is None:
+            t = TracerTensor(meta, device, node.name)
+            self.scope.bind(t, node, 0)
+            return t
+        base = view_of.gp_base if view_of.gp_base is not None else view_of
+        op, args, kwargs = step
+        t = TracerTensor(meta, device, node.name, base=base,
+                         chain=view_of.gp_chain + (ViewStep(op, args, kwargs, index),))
+        self.scope.bind(t, node, base.gp_version)
+        return t
+
+    def alias(self, t: TracerTensor) -> TracerTensor:
+        """A new tensor that is `t` itself (detach, alias): it shares writes with `t`."""
+        node = self.value(t)
+        base = t.gp_base if t.gp_base is not None else t
+        alias = TracerTensor(t.gp_meta, t.device, node.name, base=base, chain=t.gp_chain + (ViewStep(None, (), {}),))
+        self.scope.bind(alias, node, base.gp_version)
+        return alias
+
+    # -- writes ---------------------------------------------------------------------------
+
+    def assign(self, t: TracerTensor, new_value: fx.Node) -> None:
+        """Rebind `t` (and, through its view chain, its base) to a new value."""
+        base = t.gp_base
+        if base is None:
+            t.gp_version += 1
+            self.scope.bind(t, new_value, t.gp_version)
+            return
+        # Values of each view along the chain, from the base's current value.
+        values = [self.value(base)]
+        for step in t.gp_chain[:-1]:
+            values.append(replay(step, values[-1], self.emit))
+        new = new_value
+        for step, source in zip(reversed(t.gp_chain), reversed(values)):
+            new = scatter_back(step, source, new, source.meta["val"], new.meta["val"], self.emit)
+        base.gp_version += 1
+        self.scope.bind(base, new, base.gp_version)
+        self.scope.bind(t, new_value, base.gp_version)
+        t.gp_written = True
+
+    def output_value(self, t: TracerTensor) -> fx.Node:
+        """A returned tensor's value. A view that was written through is re-derived from its
+        base, so that at run time it is a view of the base again, aliasing it as in eager."""
+        if t.gp_base is not None and t.gp_written:
+            outer, self.fallback_stack = self.fallback_stack, self.value(t).meta.get("gp_stack", ())  # the write's line
+            node = self.value(t.gp_base)
+            for step in t.gp_chain:
+                node = replay(step, node, self.emit)
+            self.fallback_stack = outer
+            return node
+        return self.value(t)
