@@ -21,12 +21,22 @@ class SymIntArgument:
 
 
 @dataclass(frozen=True)
+class SymFloatArgument:
+    name: str
+
+
+@dataclass(frozen=True)
+class SymBoolArgument:
+    name: str
+
+
+@dataclass(frozen=True)
 class ConstantArgument:
     name: str
     value: Any
 
 
-ArgumentSpec = TensorArgument | SymIntArgument | ConstantArgument
+ArgumentSpec = TensorArgument | SymIntArgument | SymFloatArgument | SymBoolArgument | ConstantArgument
 
 
 class InputKind(enum.Enum):

@@ -277,3 +277,48 @@ def test_masked_block_refuses_a_mask_of_another_shape(masked):
         with pytest.raises(gp.GraphportError):
             module(*_masked_args(b, s, keep_b=b + db, keep_s=s + ds))
     check()
+
+
+# ---------------------------------------------------------------------------- sizes 0 and 1
+
+def symbolic_float(x, y):
+    """Sizes used as floats: scaled by n / 2 and by 1 / sqrt(f), computed at run time."""
+    return x * (x.shape[0] / 2) + (y / y.shape[1] ** 0.5).sum(1, keepdim=True)
+
+
+PROGS["symbolic_float"] = Prog(symbolic_float, ("b", "f"), lambda d: (r(d["b"], d["f"]), r(d["b"], d["f"])),
+                               lambda D: {"x": {0: D["b"], 1: D["f"]}, "y": {0: D["b"], 1: D["f"]}},
+                               {"b": 4, "f": 6})
+
+
+@pytest.mark.parametrize("name", sorted(PROGS))
+def test_sizes_zero_and_one_answer_like_eager_or_were_reported(name):
+    """With every Dim declared from 0, each dim at 0 and at 1 (the others at random sizes in
+    range, small ones included) answers like eager, raises where eager raises, or is refused
+    at call time only where the export said so in its shape report."""
+    prog = PROGS[name]
+    dims = {n: gp.Dim(n, min=0, max=HI) for n in prog.dims}
+    ep = gp.export(prog.fn, prog.make(prog.example), dynamic_shapes=prog.spec(dims))
+    module = ep.module()
+
+    @SETTINGS
+    @given(sizes=st.fixed_dictionaries({n: st.integers(0, HI) for n in prog.dims}),
+           which=st.sampled_from(prog.dims), small=st.sampled_from([0, 1]))
+    def check(sizes, which, small):
+        sizes = {**sizes, which: small}
+        args = prog.make(sizes)
+        try:
+            want = prog.fn(*args)
+        except Exception:
+            with pytest.raises(Exception):
+                module(*args)
+            return
+        try:
+            got = module(*args)
+        except gp.InputMismatchError as e:
+            assert any(n in note for note in ep.shape_report for n, v in sizes.items() if v in (0, 1)), (
+                f"{sizes} is inside the declared ranges and eager answers, but the call was refused without "
+                f"the export reporting it: {e}")
+            return
+        torch.testing.assert_close(got, want, atol=1e-4, rtol=1e-4, equal_nan=True)
+    check()

@@ -14,7 +14,7 @@ from .. import _torch
 from ..errors import UnsupportedInputError
 from ..pytree import path_to_str
 from ..signature import (ConstantArgument, ExportGraphSignature, InputKind, InputSpec, OutputKind, OutputSpec,
-                         SymIntArgument, TensorArgument)
+                         SymBoolArgument, SymFloatArgument, SymIntArgument, TensorArgument)
 from ..source import format_stack_trace
 from .inputs import SCALAR_TYPES, UserInputs
 from .recorder import Recorder
@@ -73,11 +73,12 @@ def _output_value(rec: Recorder, path: tuple, leaf: Any) -> Any:
             "graphport.register_dataclass)")
 
 
+_SYMBOLIC_ARGUMENTS = {torch.SymInt: SymIntArgument, torch.SymFloat: SymFloatArgument, torch.SymBool: SymBoolArgument}
+
+
 def _argument(value: Any):
     if isinstance(value, fx.Node):
-        if isinstance(value.meta.get("val"), torch.SymInt):
-            return SymIntArgument(value.name)
-        return TensorArgument(value.name)
+        return _SYMBOLIC_ARGUMENTS.get(type(value.meta.get("val")), TensorArgument)(value.name)
     return ConstantArgument("", value)
 
 

@@ -22,7 +22,9 @@ import sympy
 import torch
 import torch.fx as fx
 
+from .. import _torch
 from ..errors import GraphportError, InternalError
+from ..ops.kinds import Kind, op_info
 from ..shapes.env import ShapeEnv
 from ..shapes.spec import InputShapes
 from ..source import SourceLocation, location_in_traceback
@@ -138,14 +140,36 @@ def compare(graph: fx.Graph, pinned: fx.Graph, pins: dict) -> tuple[str, SourceL
             return f"the program records {'fewer' if a is None else 'more'} operations there", _location(first)
         if a.target != b.target:
             return f"the program calls {_name(b)} where it called {_name(a)}", _location(a)
-        if not (_same(a.args, b.args, mapping, pins) and _same(a.kwargs, b.kwargs, mapping, pins)
-                and _same_value(a.meta.get("val"), b.meta.get("val"), pins)):
+        # Same operator on the same arguments: the same computation, whatever the recorded
+        # metadata says (it was worked out under the capture's assumptions).
+        arguments_agree = _same(a.args, b.args, mapping, pins) and _same(a.kwargs, b.kwargs, mapping, pins)
+        if not arguments_agree and not _same_result_regardless(a, b, mapping, pins):
             return f"{_name(a)} gets other arguments there", _location(a)
         mapping[a] = b
     out_a, out_b = graph.output_node(), pinned.output_node()
     if not _same(out_a.args, out_b.args, mapping, pins):
         return "the program returns other values there", None
     return None
+
+
+def _same_result_regardless(a: fx.Node, b: fx.Node, mapping: dict, pins) -> bool:
+    """Arguments that differ only in how they are written: a view with the same source and
+    the same geometry (`x[1:]` on an empty tensor is `slice(x, 0, 1, INT_MAX)` symbolically
+    and `slice(x, 0, 0, 0)` pinned), or a result with no elements of the same shape."""
+    val_a, val_b = a.meta.get("val"), b.meta.get("val")
+    if not isinstance(val_a, torch.Tensor) or not isinstance(val_b, torch.Tensor):
+        return False
+    if not _same_value(val_a, val_b, pins) and _expr(val_b.numel(), pins) != 0:
+        return False
+    if _expr(val_b.numel(), pins) == 0:
+        return True
+    source_a, source_b = a.args[0] if a.args else None, b.args[0] if b.args else None
+    if not (isinstance(source_a, fx.Node) and mapping.get(source_a) is source_b):
+        return False
+    return (isinstance(a.target, _torch.OpOverload) and op_info(a.target).kind is Kind.VIEW
+            and _same(list(val_a.stride()), list(val_b.stride()), {}, pins)
+            and _same(val_a.storage_offset() - source_a.meta["val"].storage_offset(),
+                      val_b.storage_offset() - source_b.meta["val"].storage_offset(), {}, pins))
 
 
 def _is_size(node: fx.Node) -> bool:
