@@ -135,6 +135,21 @@ def classify_graphport_exception(exc: BaseException) -> Outcome:
     return Outcome(ERROR if user_facing else CRASH, type(exc).__name__, first_line(str(exc)))
 
 
+def is_call_refusal(exc: BaseException, exporter: str) -> bool:
+    """Did `ep.module()` refuse the inputs (its input checks), rather than fail inside the graph?
+
+    graphport refuses with InputMismatchError; torch.export's module raises AssertionError
+    "Guard failed: ..." from its guards function, or RuntimeError "Expected input at ..."
+    from its input-constraint pre-hook.
+    """
+    if exporter == "graphport":
+        gp, _ = load_graphport()
+        return gp is not None and isinstance(exc, getattr(gp, "InputMismatchError", ()))
+    text = str(exc)
+    return (isinstance(exc, AssertionError) and text.startswith("Guard failed")) or \
+        (isinstance(exc, RuntimeError) and text.startswith("Expected input"))
+
+
 def clone_inputs(value: Any) -> Any:
     """Deep copy inputs so mutation by one run cannot leak into the next."""
     return copy.deepcopy(value)

@@ -21,7 +21,7 @@ from .passes.dead_code import eliminate_dead_code
 from .passes.small_sizes import prove_small_sizes
 from .passes.verifier import verify
 from .program import ExportedProgram, ModuleCallEntry, ModuleCallSignature
-from .shapes.check import build_contract, check, small_size_violations
+from .shapes.check import build_contract, check
 from .shapes.contract import ShapeContract
 from .shapes.spec import InputShapes, resolve
 
@@ -72,25 +72,24 @@ def export(mod: torch.nn.Module | Callable, args: tuple, kwargs: dict | None = N
 
 def _shape_contract(shapes: InputShapes, graph: fx.Graph, retrace: Callable) -> ShapeContract:
     """Check the guards against the spec, prove the small sizes, and write the contract."""
-    kept = check(shapes)
     report = prove_small_sizes(retrace, shapes, graph)
-    explicit, valid_from = {}, {}
-    for (sym, size), reason in report.refused.items():
-        fails_in_eager = reason.startswith("the program fails there")
-        dim = shapes.dims.get(sym)
-        if not fails_in_eager and dim is not None and getattr(dim, "explicit_min", False):
-            explicit[(sym, size)] = (reason, report.differs_at[(sym, size)])
-    small_size_violations(shapes, explicit)
+    # A size where the program computes something else than at the example breaks the
+    # declared range; one where the program fails (as eager would) is refused at call time.
+    differs = {(sym, size): (refusal.reason, refusal.where) for (sym, size), refusal in report.refused.items()
+               if not refusal.fails_in_eager and shapes.kinds.get(sym) != "auto"}
+    kept = check(shapes, differs)
+    valid_from = {}
     for sym, least in shapes.env.assumed_min.items():
         valid = set(report.valid.get(sym, []))
         lowest = least
         while lowest - 1 in valid:
             lowest -= 1
         if lowest > shapes.env.symbols[sym].declared.lower:
-            reason = report.refused.get((sym, lowest - 1), "the capture's decisions assumed larger sizes")
+            refusal = report.refused.get((sym, lowest - 1))
+            reason = refusal.reason if refusal is not None else "the capture's decisions assumed larger sizes"
             valid_from[sym] = (lowest, reason)
-            shapes.specialized.append(
-                f"{shapes.env.symbols[sym].dim_name} < {lowest} is refused at call time: {reason}")
+            what = "narrows Dim.AUTO's range" if shapes.kinds.get(sym) == "auto" else "is refused at call time"
+            shapes.specialized.append(f"{shapes.env.symbols[sym].dim_name} < {lowest} {what}: {reason}")
     return build_contract(shapes, kept, valid_from, report.exclusions)
 
 

@@ -7,13 +7,16 @@ variant and the written tensors are rebound to the new values.
 """
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 
 from .. import _torch
-from ..errors import DataDependentError, OperatorError, UnsupportedFeatureError, UnsupportedOperatorError
+from ..errors import (DataDependentError, GraphportError, InternalError, OperatorError, UnsupportedFeatureError,
+                      UnsupportedOperatorError)
 from ..ops.kinds import DATA_DEPENDENT_SHAPE, DATA_READS, METADATA_MUTATING, Kind, op_info
-from ..ops.policy import EXPORT_DEFAULT, DispatchPolicy
-from ..ops.views import ViewWriteError
+from ..ops.policy import EXPORT_DEFAULT, DispatchPolicy, python_decomposition
+from ..ops.views import ViewInverseMismatch, ViewWriteError, addresses_base_storage
 from .environment import register_higher_order_rules
 from .recorder import Recorder
 from .rules import HIGHER_ORDER, SPECIAL
@@ -23,11 +26,25 @@ aten = torch.ops.aten
 pytree = _torch.pytree
 
 
+class _NeedsConcreteSizes(Exception):
+    """A C++ kernel asked a symbolic tensor for concrete sizes (`self.sizes()`): capture
+    retries the operator another way (see CaptureMode.run_decomposition)."""
+
+
+# Metadata queries that only exist for C++ code reading concrete sizes of a tensor whose
+# sizes Python answers: they are not operators of the dispatcher.
+_CONCRETE_QUERIES = {
+    aten.size.default: lambda m: list(m.shape),
+    aten.stride.default: lambda m: list(m.stride()),
+}
+
+
 class CaptureMode(_torch.TorchDispatchMode):
     def __init__(self, recorder: Recorder, policy: DispatchPolicy = EXPORT_DEFAULT):
         super().__init__()
         self.rec = recorder
         self.policy = policy
+        self.specialize_sizes = 0   # > 0: concrete size queries specialize symbolic sizes
         register_higher_order_rules(CaptureMode, HIGHER_ORDER)
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
@@ -35,6 +52,9 @@ class CaptureMode(_torch.TorchDispatchMode):
         special = SPECIAL.get(func)
         if special is not None:
             return special(self, *args, **kwargs)
+        query = _CONCRETE_QUERIES.get(func)
+        if query is not None:
+            return self.concrete_sizes(query(self._meta(args[0])))
         if func in DATA_READS:
             raise data_dependent(DATA_READS[func])
         if func in DATA_DEPENDENT_SHAPE:
@@ -47,8 +67,7 @@ class CaptureMode(_torch.TorchDispatchMode):
             return self.call_kept_composite(func, args, kwargs)
         decomposition = self.policy.decomposition(func)
         if decomposition is not None:
-            with self:
-                out = decomposition(*args, **kwargs)
+            out = self.run_decomposition(func, decomposition, args, kwargs)
             if out is not NotImplemented:
                 return out
         info = op_info(func)
@@ -57,6 +76,49 @@ class CaptureMode(_torch.TorchDispatchMode):
         if info.kind is Kind.VIEW:
             return self.call(func, args, kwargs, view=True)
         return self.mutate(func, info, args, kwargs)
+
+    def concrete_sizes(self, values: list):
+        """Sizes for a C++ kernel that needs ints: symbolic ones are specialized when allowed."""
+        if all(isinstance(v, int) for v in values):
+            return values
+        if not self.specialize_sizes:
+            raise _NeedsConcreteSizes()
+        return [int(v) for v in values]   # guarded to the example value, as torch.export does
+
+    def run_decomposition(self, func, decomposition, args, kwargs):
+        """Run a composite operator's decomposition under this mode.
+
+        A C++ composite kernel that reads concrete sizes of a symbolic tensor is run as
+        torch's Python reference of the operator instead; without one, the sizes it reads
+        are specialized to their example values (guarded, so a Dim that cannot be a
+        constant is reported at export, naming the line). Values the failed attempt
+        recorded are left unused, for dead-code elimination."""
+        graph = self.rec.scope.graph
+        mark = next(reversed(graph.nodes), None)
+        try:
+            with self:
+                return decomposition(*args, **kwargs)
+        except _NeedsConcreteSizes:
+            self._forget_since(graph, mark)
+        reference = python_decomposition(func)
+        if reference is not None:
+            try:
+                with self:
+                    return reference(*args, **kwargs)
+            except _NeedsConcreteSizes:
+                self._forget_since(graph, mark)
+        self.specialize_sizes += 1
+        try:
+            with self:
+                return decomposition(*args, **kwargs)
+        finally:
+            self.specialize_sizes -= 1
+
+    def _forget_since(self, graph, mark) -> None:
+        node = mark.next if mark is not None else next(iter(graph.nodes), None)
+        while node is not None and node.op != "root":
+            self.rec.user_calls.discard(node)
+            node = node.next
 
     # -- running on meta ----------------------------------------------------------------
 
@@ -90,15 +152,17 @@ class CaptureMode(_torch.TorchDispatchMode):
         except (NotImplementedError, RuntimeError, ValueError, TypeError, IndexError) as e:
             if isinstance(e, NotImplementedError) or not _torch.has_meta_kernel(func):
                 raise _no_meta_kernel(func, e) from None
-            message = str(e).strip().splitlines()[0][:500] if str(e).strip() else type(e).__name__
-            raise OperatorError(
-                f"{func.name()} failed on the example inputs: {message}",
-                fix="this call fails the same way in eager PyTorch; check the shapes and dtypes reaching it") from e
+            raise _operator_error(func, e) from e
 
     # -- recording ------------------------------------------------------------------------
 
     def call(self, func, args, kwargs, view: bool = False):
+        if view and isinstance(args[0], TracerTensor) and args[0].gp_base is not None \
+                and addresses_base_storage(func, args[0].gp_chain):
+            args = (args[0].gp_base, *args[1:])   # as_strided of a view: the same window of its base
         val = self.run_meta(func, args, kwargs, cache=not view)
+        if func in _INFERRED_SIZE and self.rec.sizes is not None and isinstance(val, torch.Tensor):
+            args = (args[0], _spelled_out(args[1], val.shape), *args[2:])
         node_args, node_kwargs = pytree.tree_map(self.rec.graph_arg, (args, kwargs))
         node = self.rec.node(func, node_args, node_kwargs, val)
         self.rec.user_calls.add(node)
@@ -114,10 +178,14 @@ class CaptureMode(_torch.TorchDispatchMode):
         decide later view-or-copy choices, so they must be the ones the real run will have."""
         def decomposed_meta():
             try:
-                with self.rec.child_scope(recording=False), self:
-                    out = func.decompose(*args, **kwargs)
+                with self.rec.child_scope(recording=False):
+                    out = self.run_decomposition(func, func.decompose, args, kwargs)
             except UnsupportedFeatureError:
                 return None  # its insides do what capture cannot express; its meta kernel can still answer
+            except (RuntimeError, ValueError, TypeError, IndexError) as e:
+                if isinstance(e, GraphportError):
+                    raise
+                raise _operator_error(func, e) from e   # the op's own checks reject its arguments
             return None if out is NotImplemented else pytree.tree_map_only(TracerTensor, lambda t: t.gp_meta, out)
 
         val = self.rec.meta_cache.run(("decomposed", func), args, kwargs, decomposed_meta)
@@ -145,7 +213,7 @@ class CaptureMode(_torch.TorchDispatchMode):
                 raise UnsupportedFeatureError(
                     f"the in-place operator {func} changes a tensor's shape or strides in place",
                     fix=f"use the out-of-place form: `x = x.{func.overloadpacket.__name__.rstrip('_')}(...)`")
-            self.write(target, self.call(info.functional, args, kwargs))
+            self.write(target, self.call(info.functional, args, kwargs), _FILLS.get(func, lambda *a: None)(*args))
             return target
         if info.kind is Kind.OUT:
             outs = [bound[name] for name in info.mutated_args]
@@ -165,8 +233,9 @@ class CaptureMode(_torch.TorchDispatchMode):
         kept = tuple(result[:n_returns])
         return kept[0] if n_returns == 1 else kept
 
-    def write(self, target, value: TracerTensor) -> None:
-        """Make `target` hold `value` from now on, as an in-place write would."""
+    def write(self, target, value: TracerTensor, fill: Any = None) -> None:
+        """Make `target` hold `value` from now on, as an in-place write would (`fill`: the
+        one value every element takes, for fills)."""
         if not isinstance(target, TracerTensor):
             raise UnsupportedFeatureError(
                 "the program writes in place into a tensor that is not an input, parameter, buffer or "
@@ -180,18 +249,44 @@ class CaptureMode(_torch.TorchDispatchMode):
         if value.dtype != target.dtype:
             node = self.rec.emit(aten._to_copy.default, (node,), {"dtype": target.dtype})
         try:
-            self.rec.assign(target, node)
+            self.rec.assign(target, node, self.rec.graph_arg(fill) if fill is not None else None)
         except ViewWriteError as e:
             raise UnsupportedFeatureError(
-                f"the program writes in place through a view graphport cannot write back: {e}",
-                fix="clone the view first (`v = v.clone()`) and write into the clone, or write into the base tensor "
-                    "directly") from None
+                f"the program writes in place through a view graphport cannot write back: {e.what}", fix=e.fix) from None
+        except ViewInverseMismatch as e:
+            raise InternalError(f"writing back through a view went wrong: {e}", find_location=True) from e
+        except (RuntimeError, ValueError, TypeError, IndexError) as e:
+            if isinstance(e, GraphportError):
+                raise
+            # the write itself passed eager's checks (run_meta above): its inverse is graphport's
+            raise InternalError(f"writing back through a view of {target.gp_label} failed: "
+                                f"{type(e).__name__}: {str(e).strip()[:300]}", find_location=True) from e
+
+
+# Ops whose size argument may say -1 for "the rest": a symbolic capture records the size
+# the -1 stands for, so the graph does not depend on whether the program spelled a size out
+# (torch's reshape does at some sizes and not at others) and a trace at a pinned size
+# compares equal to the general one.
+_INFERRED_SIZE = frozenset({aten.view.default, aten._unsafe_view.default, aten._reshape_alias.default})
+
+
+def _spelled_out(size, shape):
+    if not isinstance(size, (list, tuple)) or len(size) != len(shape):
+        return size
+    return type(size)(shape[i] if isinstance(s, int) and not isinstance(s, bool) and s == -1 else s
+                      for i, s in enumerate(size))
 
 
 def _overwrites_input(rec: Recorder, dst, src) -> bool:
     """`buf.copy_(x)` on a whole input or buffer: its new value is x, no copy node needed."""
     return (isinstance(src, TracerTensor) and dst.gp_base is None and id(dst) in rec.placeholder_tracers
             and src.shape == dst.shape and src.dtype == dst.dtype and src.device == dst.device)
+
+
+# In-place fills: the one value they give every element (a write eager allows even through
+# views whose elements share memory).
+_FILLS = {aten.fill_.Scalar: lambda t, value: value, aten.fill_.Tensor: lambda t, value: value,
+          aten.zero_.default: lambda t: 0}
 
 
 def _bind(schema, args, kwargs) -> dict:
@@ -218,6 +313,13 @@ def _unbind(schema, bound: dict) -> tuple[tuple, dict]:
         else:
             args.append(bound[a.name])
     return tuple(args), kwargs
+
+
+def _operator_error(func, e: Exception) -> OperatorError:
+    message = str(e).strip().splitlines()[0][:500] if str(e).strip() else type(e).__name__
+    return OperatorError(
+        f"{func.name()} failed on the example inputs: {message}",
+        fix="this call fails the same way in eager PyTorch; check the shapes and dtypes reaching it")
 
 
 def _no_meta_kernel(func, error: Exception) -> UnsupportedOperatorError:

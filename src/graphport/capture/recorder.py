@@ -17,7 +17,7 @@ import torch.fx as fx
 
 from .. import _torch
 from ..errors import InternalError
-from ..ops.views import ViewStep, replay, scatter_back
+from ..ops.views import COVERS_SOURCE, ViewStep, replay, scatter_back
 from ..source import user_stack
 from .meta_cache import MetaCache
 from .scope import Scope
@@ -194,8 +194,9 @@ class Recorder:
 
     # -- writes ---------------------------------------------------------------------------
 
-    def assign(self, t: TracerTensor, new_value: fx.Node) -> None:
-        """Rebind `t` (and, through its view chain, its base) to a new value."""
+    def assign(self, t: TracerTensor, new_value: fx.Node, fill: Any = None) -> None:
+        """Rebind `t` (and, through its view chain, its base) to a new value; `fill` is the
+        value when the write sets every element of `t` to one value (`fill_`, `zero_`)."""
         base = t.gp_base
         if base is None:
             t.gp_version += 1
@@ -207,7 +208,8 @@ class Recorder:
             values.append(replay(step, values[-1], self.emit))
         new = new_value
         for step, source in zip(reversed(t.gp_chain), reversed(values)):
-            new = scatter_back(step, source, new, source.meta["val"], new.meta["val"], self.emit)
+            new = scatter_back(step, source, new, source.meta["val"], new.meta["val"], self.emit, fill)
+            fill = fill if step.op in COVERS_SOURCE else None
         base.gp_version += 1
         self.scope.bind(base, new, base.gp_version)
         self.scope.bind(t, new_value, base.gp_version)

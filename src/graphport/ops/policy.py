@@ -5,9 +5,14 @@ policy says whether to record it as a node or to run its decomposition, whose pa
 then recorded. The default export level keeps what torch.export's default keeps
 (`linear`, `conv2d`, `layer_norm`, `scaled_dot_product_attention`, ...). Other levels
 (Core ATen, user decomposition tables) are other policies given to the same capture.
+
+Some of torch's C++ composite kernels read concrete sizes (`self.sizes()`), which symbolic
+sizes cannot give; `python_decomposition` finds the same operator's Python reference
+(torch's decomposition table, then `torch._refs`), which computes with symbolic sizes.
 """
 from __future__ import annotations
 
+from functools import lru_cache
 from typing import Any, Callable
 
 from .kinds import op_info
@@ -26,3 +31,19 @@ class DispatchPolicy:
 
 
 EXPORT_DEFAULT = DispatchPolicy()
+
+
+@lru_cache(maxsize=None)
+def python_decomposition(op) -> Callable[..., Any] | None:
+    """A Python implementation of `op` written against symbolic sizes, or None."""
+    import torch._decomp
+    import torch._refs
+    found = torch._decomp.decomposition_table.get(op)
+    if found is not None:
+        return found
+    ref = getattr(torch._refs, op.overloadpacket.__name__, None)
+    if ref is None or not callable(ref) or op._schema.is_mutable:
+        return None
+    if len(op.overloadpacket.overloads()) > 1 and op._overloadname not in ("default", "Tensor"):
+        return None   # a ref covers its op's main overload; others may take other arguments
+    return ref

@@ -68,8 +68,12 @@ def replay(step: ViewStep, source: Any, emit: Emit) -> Any:
 
 
 def scatter_back(step: ViewStep, source: Any, new_view: Any, source_meta: torch.Tensor,
-                 view_meta: torch.Tensor, emit: Emit) -> Any:
+                 view_meta: torch.Tensor, emit: Emit, fill: Any = None) -> Any:
     """The new value of `source` once the view `step(source)` holds `new_view`.
+
+    `fill` is the value when `new_view` is that one value everywhere (`fill_`, `zero_`):
+    then a write through an overlapping view (expand, overlapping unfold), which eager
+    allows for fills, sets every element of the source the view covers.
 
     `view_meta` is the metadata of `new_view` (its shape and dtype are the view's; its
     strides need not be). Raises ViewWriteError for writes that have no functional meaning
@@ -81,7 +85,7 @@ def scatter_back(step: ViewStep, source: Any, new_view: Any, source_meta: torch.
         name = op.name() if op is not None else "alias"
         raise ViewWriteError(f"the program writes in place through a view made by {name}, "
                              "which graphport cannot write back to its base")
-    ctx = _Step(step, source, new_view, source_meta, view_meta, emit)
+    ctx = _Step(step, source, new_view, source_meta, view_meta, emit, fill)
     result = inverse(ctx)
     _check_like_source(op, result, source_meta)
     return result
@@ -106,8 +110,8 @@ def _val(a: Any) -> Any:
 class _Step:
     """What an inverse works with: the view's arguments bound to their schema names."""
 
-    def __init__(self, step: ViewStep, source, new, source_meta, view_meta, emit):
-        self.step, self.source, self.new, self.emit = step, source, new, emit
+    def __init__(self, step: ViewStep, source, new, source_meta, view_meta, emit, fill=None):
+        self.step, self.source, self.new, self.emit, self.fill = step, source, new, emit, fill
         self.source_meta = source_meta
         self.new_meta = _meta(new) if isinstance(new, (fx.Node, torch.Tensor)) else view_meta
         self.rank = source_meta.dim()
@@ -269,6 +273,8 @@ def _inv_expand(c: _Step):
     extra = len(view) - len(src)
     broadcast = any(not _same(s, 1) for s in view[:extra]) or any(
         not _same(s, v) for s, v in zip(src, view[extra:]))
+    if broadcast and c.fill is not None:   # every source element is in the view: all take the value
+        return _filled(c, c.source)
     if broadcast:
         raise ViewWriteError(
             f"the program writes in place into a tensor expanded from {src} to {view}: several "
@@ -279,6 +285,20 @@ def _inv_expand(c: _Step):
     return c.emit(aten.squeeze.dims, (c.new, list(range(extra))), {})
 
 
+def _filled(c: _Step, region):
+    """`region` with every element set to the fill value."""
+    op = aten.fill.Tensor if isinstance(c.fill, fx.Node) else aten.fill.Scalar
+    return c.emit(op, (region, c.fill), {})
+
+
+# View steps whose view covers every element of their source: a fill through them fills
+# their source entirely, so the fill value carries on up the chain.
+COVERS_SOURCE = frozenset({None, aten.view.default, aten._unsafe_view.default, aten._reshape_alias.default,
+                           aten.permute.default, aten.transpose.int, aten.t.default, aten.unsqueeze.default,
+                           aten.squeeze.default, aten.squeeze.dim, aten.squeeze.dims, aten.expand.default,
+                           aten.alias.default})
+
+
 def _inv_unfold(c: _Step):
     """unfold(d, size, step): view[..., i, ..., j] = source[..., i*step + j, ...]."""
     size, stride = c.val("size"), c.val("step")
@@ -286,6 +306,10 @@ def _inv_unfold(c: _Step):
         return _reshape_back(c)
     d = c.dim(c.val("dimension"))
     n = c.new_meta.shape[d]
+    if stride < size and not (isinstance(n, int) and n <= 1) and c.fill is not None:
+        end = (n - 1) * stride + size   # the windows cover [0, end) of dim d
+        region = c.emit(aten.slice.Tensor, (c.source, d, 0, end), {})
+        return c.emit(aten.slice_scatter.default, (c.source, _filled(c, region), d, 0, end, 1), {})
     if stride < size and not (isinstance(n, int) and n <= 1):
         raise ViewWriteError(
             f"the program writes in place into overlapping windows (unfold with size {size} > step {stride}): "
@@ -294,17 +318,8 @@ def _inv_unfold(c: _Step):
                 "(for example with torch.nn.functional.fold)")
     if size == 0:
         return c.source
-    if stride == size and isinstance(n, int):
-        # Windows tile a prefix of dim d: put the window dim back next to d and merge them.
-        # (Only with a static window count: viewing a symbolic count would guard on it.)
-        rank = c.rank + 1
-        perm = list(range(d + 1)) + [rank - 1] + list(range(d + 1, rank - 1))
-        tiles = c.emit(aten.permute.default, (c.new, perm), {})
-        shape = list(c.source_meta.shape)
-        shape[d] = n * size
-        merged = _relayout(c, tiles, aten.view.default, shape)
-        return c.emit(aten.slice_scatter.default, (c.source, merged, d, 0, n * size, 1), {})
-    # Gaps between windows: write each position j of the window as a strided slice.
+    # Position j of every window is a strided slice of dim d. (One form at every size: a form
+    # that changed when a dynamic size is small could not be proven at that size.)
     value = c.source
     for j in range(size):
         column = c.emit(aten.select.int, (c.new, -1, j), {})
@@ -369,6 +384,29 @@ INVERSES: dict[Any, Inverse] = {
     aten.split_with_sizes.default: _inv_split_with_sizes,
     aten.unbind.int: _inv_unbind,
 }
+
+# View ops whose arguments address the storage (an offset and strides counted from its
+# start), not their source tensor's elements: `as_strided` of a view means the same window
+# of the base's storage. Capture records them on the base itself, so neither the replay nor
+# the scatter back depends on the intermediate views' values or layouts.
+STORAGE_ADDRESSED = frozenset({aten.as_strided.default})
+
+# View steps that keep the storage's elements as they are (same dtype, no conj/neg bit),
+# through which a storage-addressed view can be taken from the base instead.
+_SAME_ELEMENTS = frozenset({
+    None, aten.alias.default, aten.detach.default, aten.lift_fresh.default, aten.select.int, aten.slice.Tensor,
+    aten.diagonal.default, aten.as_strided.default, aten.permute.default, aten.transpose.int, aten.t.default,
+    aten.unsqueeze.default, aten.squeeze.default, aten.squeeze.dim, aten.squeeze.dims, aten.view.default,
+    aten._reshape_alias.default, aten.expand.default, aten.unfold.default, aten.split.Tensor,
+    aten.split_with_sizes.default, aten.unbind.int,
+})
+
+
+def addresses_base_storage(op, chain: tuple[ViewStep, ...]) -> bool:
+    """Whether the view op `op` applied to a view with this chain is the same view of the
+    chain's base (see STORAGE_ADDRESSED)."""
+    return op in STORAGE_ADDRESSED and all(step.op in _SAME_ELEMENTS for step in chain)
+
 
 # ATen view overloads deliberately left out of INVERSES; a write through them raises
 # ViewWriteError.

@@ -26,19 +26,25 @@ from .. import _torch
 from ..errors import GraphportError, InternalError
 from ..ops.kinds import Kind, op_info
 from ..shapes.env import ShapeEnv
+from ..shapes.node import SymNode, value_at
 from ..shapes.spec import InputShapes
 from ..source import SourceLocation, location_in_traceback
 
-_SMALL = (1, 0)
 _MAX_COMBINATIONS = 8
+
+
+@dataclass(frozen=True)
+class Refusal:
+    reason: str
+    where: SourceLocation | None
+    fails_in_eager: bool   # the program itself fails at that size (eager raises there too)
 
 
 @dataclass
 class SmallSizeReport:
     """Which small sizes the program is valid at, and why the others are not."""
     valid: dict[sympy.Symbol, list[int]] = field(default_factory=dict)     # symbol -> small sizes proven valid
-    refused: dict[tuple[sympy.Symbol, int], str] = field(default_factory=dict)  # (symbol, size) -> reason
-    differs_at: dict[tuple[sympy.Symbol, int], SourceLocation | None] = field(default_factory=dict)
+    refused: dict[tuple[sympy.Symbol, int], Refusal] = field(default_factory=dict)
     exclusions: list[dict[sympy.Symbol, int]] = field(default_factory=list)   # combinations proven invalid
     traces: int = 0
 
@@ -49,20 +55,37 @@ def prove_small_sizes(retrace: Callable[[InputShapes], Any], shapes: InputShapes
     the captured graph."""
     env = shapes.env
     report = SmallSizeReport()
-    candidates = {sym: [v for v in _SMALL if env.symbols[sym].declared.lower <= v < least]
+    candidates = {sym: list(range(least - 1, env.symbols[sym].declared.lower - 1, -1))
                   for sym, least in env.assumed_min.items()}
     for sym, sizes in candidates.items():
-        for v in sizes:
-            ok, reason, where, assumed = _try({sym: v}, retrace, shapes, graph, report)
-            if ok and any(assumed.get(t, 0) > env.assumed_min.get(t, 0) for t in assumed):
-                ok, reason = False, "it needs stronger assumptions about the other dimensions"
-            if ok:
+        for v in sizes:   # from the largest down: a size below a refused one cannot widen the range
+            if v + 1 in sizes and v + 1 not in report.valid.get(sym, []):
+                break
+            if _excluded_by_guards(shapes.env, {sym: v}):
+                break   # the program's own guards rule it out: the spec check reports them
+            refusal, assumed = _try({sym: v}, retrace, shapes, graph, report)
+            if refusal is None and any(assumed.get(t, 0) > env.assumed_min.get(t, 0) for t in assumed):
+                refusal = Refusal("it needs stronger assumptions about the other dimensions", None, False)
+            if refusal is None:
                 report.valid.setdefault(sym, []).append(v)
             else:
-                report.refused[(sym, v)] = reason
-                report.differs_at[(sym, v)] = where
+                report.refused[(sym, v)] = refusal
     _combinations(retrace, shapes, graph, report)
     return report
+
+
+def _excluded_by_guards(env: ShapeEnv, pins: dict) -> bool:
+    values = {s: sympy.Integer(v) for s, v in pins.items()}
+    return any(_at(g.rel, values) is sympy.false for g in env.guards)
+
+
+def _at(expr: sympy.Basic, values: dict) -> sympy.Basic:
+    """`expr` at the given sizes; a division by a size that is 0 there makes it false (the
+    program divides by zero at that size, as eager would)."""
+    try:
+        return expr.xreplace(values)
+    except ZeroDivisionError:
+        return sympy.false
 
 
 def _combinations(retrace, shapes: InputShapes, graph: fx.Graph, report: SmallSizeReport) -> None:
@@ -75,13 +98,15 @@ def _combinations(retrace, shapes: InputShapes, graph: fx.Graph, report: SmallSi
         report.exclusions.extend(combos)
         return
     for pins in combos:
-        ok, *_ = _try(pins, retrace, shapes, graph, report)
-        if not ok:
+        if _excluded_by_guards(shapes.env, pins):
+            continue
+        refusal, _ = _try(pins, retrace, shapes, graph, report)
+        if refusal is not None:
             report.exclusions.append(pins)
 
 
 def _try(pins: dict[sympy.Symbol, int], retrace, shapes: InputShapes, graph: fx.Graph, report: SmallSizeReport):
-    """(valid, reason, location, the pinned trace's own assumptions)."""
+    """(why the pinned sizes are not valid, or None; the pinned trace's own assumptions)."""
     pins = {s: sympy.Integer(v) for s, v in pins.items()}
     pinned = pin(shapes, pins)
     report.traces += 1
@@ -90,17 +115,19 @@ def _try(pins: dict[sympy.Symbol, int], retrace, shapes: InputShapes, graph: fx.
     except InternalError:
         raise
     except GraphportError as e:
-        return False, f"the program fails there: {e.what}", e.location, {}
+        return Refusal(f"the program fails there: {e.what}", e.location, True), {}
     except Exception as e:   # raised by the program itself at that size, as eager would
-        return False, f"the program fails there: {type(e).__name__}: {e}", location_in_traceback(e.__traceback__), {}
+        return Refusal(f"the program fails there: {type(e).__name__}: {e}", location_in_traceback(e.__traceback__),
+                       True), {}
     difference = compare(graph, pinned_graph, pins)
     if difference is not None:
-        return False, difference[0], difference[1], {}
+        return Refusal(difference[0], difference[1], False), {}
     original = {g.rel.xreplace(pins) for g in shapes.env.guards}
     for guard in pinned.env.guards:
         if guard.rel not in original:
-            return False, f"the program asks another question of the sizes there ({guard.rel})", guard.location, {}
-    return True, "", None, dict(pinned.env.assumed_min)
+            return Refusal(f"the program asks another question of the sizes there ({guard.rel})", guard.location,
+                           False), {}
+    return None, dict(pinned.env.assumed_min)
 
 
 def pin(shapes: InputShapes, pins: dict[sympy.Symbol, int]) -> InputShapes:
@@ -123,53 +150,128 @@ def _pinned_size(size, pins):
 
 # -- comparing two graphs modulo pinned symbols -------------------------------------------------
 
+class _Correspondence:
+    """Which node of the pinned graph each node of the captured graph computes; nodes either
+    graph skipped as identities at the pinned sizes stand for their sources."""
+
+    def __init__(self):
+        self.ours: dict[fx.Node, fx.Node] = {}
+        self.skipped: dict[fx.Node, fx.Node] = {}   # pinned node skipped -> its source
+
+    def resolve(self, b: fx.Node) -> fx.Node:
+        while b in self.skipped:
+            b = self.skipped[b]
+        return b
+
+    def same_node(self, a, b) -> bool:
+        return isinstance(a, fx.Node) and isinstance(b, fx.Node) and self.ours.get(a) is self.resolve(b)
+
+
+_NONE = _Correspondence()
+
+
 def compare(graph: fx.Graph, pinned: fx.Graph, pins: dict) -> tuple[str, SourceLocation | None] | None:
     """None if `pinned` computes what `graph` computes once the pinned symbols take their
-    values; else (what differs, the user's line where it does)."""
+    values; else (what differs, the user's line where it does). Operations that are
+    identities at the pinned sizes (a `clone`, an `expand` or `view` to the same shape, a
+    slice of a whole dimension: code paths that differ only there) are skipped on either side."""
     ours = [n for n in graph.nodes if n.op == "call_function" and not _is_size(n)]
     theirs = [n for n in pinned.nodes if n.op == "call_function" and not _is_size(n)]
-    mapping: dict[fx.Node, fx.Node] = {}
+    match = _Correspondence()
     a_in = [n for n in graph.nodes if n.op == "placeholder"]
     b_in = [n for n in pinned.nodes if n.op == "placeholder"]
     if [n.name for n in a_in] != [n.name for n in b_in]:
         return "the inputs differ", None
-    mapping.update(zip(a_in, b_in))
-    for a, b in itertools.zip_longest(ours, theirs):
-        if a is None or b is None:
+    match.ours.update(zip(a_in, b_in))
+    i = j = 0
+    while i < len(ours) or j < len(theirs):
+        a = ours[i] if i < len(ours) else None
+        b = theirs[j] if j < len(theirs) else None
+        if a is not None and b is not None and _same_call(a, b, match, pins):
+            match.ours[a] = b
+            i, j = i + 1, j + 1
+        elif a is not None and _identity_at(a, pins) and a.args[0] in match.ours:
+            match.ours[a] = match.resolve(match.ours[a.args[0]])
+            i += 1
+        elif b is not None and _identity_at(b, pins):
+            match.skipped[b] = b.args[0]
+            j += 1
+        elif a is None or b is None:
             first = a if a is not None else b
             return f"the program records {'fewer' if a is None else 'more'} operations there", _location(first)
-        if a.target != b.target:
+        elif a.target != b.target:
             return f"the program calls {_name(b)} where it called {_name(a)}", _location(a)
-        # Same operator on the same arguments: the same computation, whatever the recorded
-        # metadata says (it was worked out under the capture's assumptions).
-        arguments_agree = _same(a.args, b.args, mapping, pins) and _same(a.kwargs, b.kwargs, mapping, pins)
-        if not arguments_agree and not _same_result_regardless(a, b, mapping, pins):
+        else:
             return f"{_name(a)} gets other arguments there", _location(a)
-        mapping[a] = b
     out_a, out_b = graph.output_node(), pinned.output_node()
-    if not _same(out_a.args, out_b.args, mapping, pins):
+    if not _same(out_a.args, out_b.args, match, pins):
         return "the program returns other values there", None
     return None
 
 
-def _same_result_regardless(a: fx.Node, b: fx.Node, mapping: dict, pins) -> bool:
+def _same_call(a: fx.Node, b: fx.Node, match: _Correspondence, pins) -> bool:
+    """Same operator on the same arguments: the same computation, whatever the recorded
+    metadata says (it was worked out under the capture's assumptions)."""
+    if _EQUIVALENT.get(a.target, a.target) != _EQUIVALENT.get(b.target, b.target):
+        return _empty_alike(a, b, pins)
+    if _same(a.args, b.args, match, pins) and _same(a.kwargs, b.kwargs, match, pins):
+        return True
+    return _same_result_regardless(a, b, match, pins)
+
+
+# Operators that compute the same values (they differ in aliasing rules only).
+_EQUIVALENT = {torch.ops.aten._unsafe_view.default: torch.ops.aten.view.default}
+
+
+def _empty_alike(a: fx.Node, b: fx.Node, pins) -> bool:
+    """Two results with no elements, of one shape and dtype: the same value, however made."""
+    val_a, val_b = a.meta.get("val"), b.meta.get("val")
+    return (isinstance(val_a, torch.Tensor) and isinstance(val_b, torch.Tensor)
+            and _expr(val_b.numel(), pins) == 0 and _same_value(val_a, val_b, pins))
+
+
+_IDENTITY_WHEN_SAME_SHAPE = frozenset({"expand", "view", "_unsafe_view", "reshape", "slice", "squeeze", "unsqueeze",
+                                       "alias", "_to_copy", "repeat", "contiguous"})
+_ALWAYS_IDENTITY = frozenset({"clone", "alias", "detach", "lift_fresh_copy"})
+
+
+def _identity_at(node: fx.Node, pins) -> bool:
+    """Whether the node returns its first argument's values unchanged at the pinned sizes."""
+    target = node.target
+    if not isinstance(target, _torch.OpOverload) or not node.args or not isinstance(node.args[0], fx.Node):
+        return False
+    name = target.overloadpacket.__name__
+    out, src = node.meta.get("val"), node.args[0].meta.get("val")
+    if not isinstance(out, torch.Tensor) or not isinstance(src, torch.Tensor) or out.dtype != src.dtype:
+        return False
+    if name in _ALWAYS_IDENTITY:
+        return True
+    if name == "slice" and len(node.args) > 4 and node.args[4] != 1:
+        return False
+    return name in _IDENTITY_WHEN_SAME_SHAPE and _same(list(out.shape), list(src.shape), _NONE, pins)
+
+
+def _same_result_regardless(a: fx.Node, b: fx.Node, match: _Correspondence, pins) -> bool:
     """Arguments that differ only in how they are written: a view with the same source and
     the same geometry (`x[1:]` on an empty tensor is `slice(x, 0, 1, INT_MAX)` symbolically
     and `slice(x, 0, 0, 0)` pinned), or a result with no elements of the same shape."""
     val_a, val_b = a.meta.get("val"), b.meta.get("val")
     if not isinstance(val_a, torch.Tensor) or not isinstance(val_b, torch.Tensor):
         return False
-    if not _same_value(val_a, val_b, pins) and _expr(val_b.numel(), pins) != 0:
-        return False
-    if _expr(val_b.numel(), pins) == 0:
+    if _empty_alike(a, b, pins):
         return True
-    source_a, source_b = a.args[0] if a.args else None, b.args[0] if b.args else None
-    if not (isinstance(source_a, fx.Node) and mapping.get(source_a) is source_b):
+    if not _same_value(val_a, val_b, pins):
         return False
+    source_a, source_b = a.args[0] if a.args else None, b.args[0] if b.args else None
+    if not match.same_node(source_a, source_b):
+        return False
+    # strides of dimensions of size 1 address nothing: they may differ
+    strides = [(sa, sb) for sa, sb, size in zip(val_a.stride(), val_b.stride(), val_b.shape)
+               if _expr(size, pins) != 1]
     return (isinstance(a.target, _torch.OpOverload) and op_info(a.target).kind is Kind.VIEW
-            and _same(list(val_a.stride()), list(val_b.stride()), {}, pins)
+            and all(_same(sa, sb, _NONE, pins) for sa, sb in strides)
             and _same(val_a.storage_offset() - source_a.meta["val"].storage_offset(),
-                      val_b.storage_offset() - source_b.meta["val"].storage_offset(), {}, pins))
+                      val_b.storage_offset() - source_b.meta["val"].storage_offset(), _NONE, pins))
 
 
 def _is_size(node: fx.Node) -> bool:
@@ -178,25 +280,49 @@ def _is_size(node: fx.Node) -> bool:
 
 def _expr(value, pins) -> sympy.Basic | None:
     if isinstance(value, (torch.SymInt, torch.SymFloat, torch.SymBool)):
-        return sympy.expand(value.node.expr.xreplace(pins))
+        found = value_at(value.node, pins) if isinstance(value.node, SymNode) else None
+        return None if found is None else sympy.expand(sympy.sympify(found))
     if isinstance(value, (bool, int, float)):
         return sympy.sympify(value)
     return None
 
 
-def _same(a, b, mapping: dict, pins) -> bool:
+def _same_size(a, b, pins) -> bool:
+    """Two size values (SymNodes or constants) equal once the pins apply: by value where it
+    can be computed, else operation by operation (`a / b` at b = 1 against `a / 1`)."""
+    try:
+        va = value_at(a, pins) if isinstance(a, SymNode) else sympy.sympify(a)
+        vb = value_at(b, pins) if isinstance(b, SymNode) else sympy.sympify(b)
+    except ZeroDivisionError:
+        return False
+    if va is not None and vb is not None:
+        va, vb = sympy.sympify(va), sympy.sympify(vb)
+        return va == vb if isinstance(va, sympy.logic.boolalg.Boolean) else sympy.expand(va - vb) == 0
+    ra = a.recipe if isinstance(a, SymNode) else None
+    rb = b.recipe if isinstance(b, SymNode) else None
+    return (ra is not None and rb is not None and ra[0] == rb[0] and len(ra) == len(rb)
+            and all(_same_size(x, y, pins) for x, y in zip(ra[1:], rb[1:])))
+
+
+def _same(a, b, match: _Correspondence, pins) -> bool:
     if isinstance(a, fx.Node) and _is_size(a):
         a = a.meta.get("val")
     if isinstance(b, fx.Node) and _is_size(b):
         b = b.meta.get("val")
+    symbolic = (torch.SymInt, torch.SymFloat, torch.SymBool)
+    if isinstance(a, symbolic) or isinstance(b, symbolic):
+        if isinstance(a, (bool, int, float) + symbolic) and isinstance(b, (bool, int, float) + symbolic):
+            return _same_size(a.node if isinstance(a, symbolic) else a, b.node if isinstance(b, symbolic) else b,
+                              pins)
+        return False
     if isinstance(a, fx.Node) or isinstance(b, fx.Node):
-        return isinstance(a, fx.Node) and mapping.get(a) is b
+        return match.same_node(a, b)
     if isinstance(a, (list, tuple)) or isinstance(b, (list, tuple)):
         return (isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)) and len(a) == len(b)
-                and all(_same(x, y, mapping, pins) for x, y in zip(a, b)))
+                and all(_same(x, y, match, pins) for x, y in zip(a, b)))
     if isinstance(a, dict) or isinstance(b, dict):
         return (isinstance(a, dict) and isinstance(b, dict) and a.keys() == b.keys()
-                and all(_same(a[k], b[k], mapping, pins) for k in a))
+                and all(_same(a[k], b[k], match, pins) for k in a))
     ea, eb = _expr(a, pins), _expr(b, pins)
     if ea is not None and eb is not None:
         return sympy.expand(ea - eb) == 0 if not isinstance(ea, sympy.logic.boolalg.Boolean) else ea == eb
@@ -205,7 +331,7 @@ def _same(a, b, mapping: dict, pins) -> bool:
 
 def _same_value(a, b, pins) -> bool:
     if isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor):
-        return a.dtype == b.dtype and _same(list(a.shape), list(b.shape), {}, pins)
+        return a.dtype == b.dtype and _same(list(a.shape), list(b.shape), _NONE, pins)
     if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)):
         return len(a) == len(b) and all(_same_value(x, y, pins) for x, y in zip(a, b))
     return True

@@ -123,9 +123,11 @@ def _divisibility(rel, syms) -> int | None:
     return None
 
 
-def check(shapes: InputShapes) -> list[Guard]:
-    """Raise ConstraintViolationError for guards the spec does not imply; return the guards
-    kept for Dim.AUTO / Dim.DYNAMIC dims, which calls must satisfy."""
+def check(shapes: InputShapes, small_sizes: dict | None = None) -> list[Guard]:
+    """Raise ConstraintViolationError for guards the spec does not imply, and for sizes in a
+    declared range where the program computes something else (`small_sizes`: (symbol, size)
+    -> (why, where)); return the guards kept for Dim.AUTO / Dim.DYNAMIC dims, which calls
+    must satisfy."""
     env = shapes.env
     fixes = _Fixes(shapes)
     violations, kept, first = [], [], None
@@ -143,6 +145,13 @@ def check(shapes: InputShapes) -> list[Guard]:
         else:
             violations.append(_explain(guard, shapes, fixes))
             first = first or guard.location
+    for (sym, size), (why, where) in (small_sizes or {}).items():
+        fixes.narrow(sym, lo=size + 1)
+        at = f" (at {where})" if where else ""
+        violations.append(f"- {_name(shapes, sym)} = {size} is inside its declared range "
+                          f"{env.symbols[sym].declared}, but {why}{at}; export a separate program for "
+                          f"that size, or narrow the range")
+        first = first or where
     if violations:
         raise _violation(violations, fixes, first)
     return kept
@@ -159,28 +168,15 @@ def _violation(violations: list[str], fixes: "_Fixes", first) -> ConstraintViola
         location=first)
 
 
-def small_size_violations(shapes: InputShapes, refused: dict) -> None:
-    """A size inside a range the user declared explicitly, at which the program computes
-    something else than at the example: the spec promises what the program cannot keep."""
-    fixes = _Fixes(shapes)
-    violations, first = [], None
-    for (sym, size), (reason, where) in refused.items():
-        fixes.narrow(sym, lo=size + 1)
-        at = f" (at {where})" if where else ""
-        violations.append(f"- {_name(shapes, sym)} = {size} is inside its declared range "
-                          f"{shapes.env.symbols[sym].declared}, but {reason}{at}; export a separate program for "
-                          f"that size, or narrow the range")
-        first = first or where
-    if violations:
-        raise _violation(violations, fixes, first)
-
-
 def build_contract(shapes: InputShapes, kept: list[Guard], valid_from: dict[sympy.Symbol, tuple[int, str]],
                    exclusions: list[dict[sympy.Symbol, int]]) -> ShapeContract:
     """The program's shape contract: symbols with their ranges and sources, every dynamic
     input dimension's expression, and the relations every call must satisfy."""
     env = shapes.env
     ranges = _auto_ranges(shapes, kept)
+    for sym in [s for s in valid_from if shapes.kinds.get(s) == "auto"]:   # Dim.AUTO: refined, not refused
+        least, _ = valid_from.pop(sym)
+        ranges[sym] = ValueRange(max(ranges[sym].lower, least), ranges[sym].upper)
     dims = []
     for i, sizes in shapes.sizes.items():
         for d, size in enumerate(sizes):

@@ -38,7 +38,6 @@ class Dim:
             raise UnsupportedInputError(f"Dim('{name}') has an invalid range min={min}, max={max}",
                                         fix="use integers with 0 <= min <= max")
         self.__name__ = name
-        self.explicit_min = min is not None   # a declared minimum is a promise; the default is not
         self.min = lo
         self.max = hi
 

@@ -75,11 +75,17 @@ class ShapeEnv:
 
     def _decide(self, rel: sympy.Basic, location: SourceLocation | None = None, record: bool = True):
         """Settle `rel` from the ranges: declared first, then assuming sizes >= 1, then >= 2
-        (torch.export's 0/1 specialization); remember which assumption was needed."""
+        (torch.export's 0/1 specialization), and for "is this size 0 or 1?" questions (layout
+        and broadcasting logic) assuming sizes up to 4, never beyond the example's sizes.
+        Remember which assumption was needed: smaller sizes are proven by tracing there."""
         found = self._cached_decide(rel, 0)
         if found is not None:
             return found
-        for least in (1, 2):
+        levels = (1, 2, 3, 4) if _asks_if_trivial(rel) else (1, 2)
+        largest = min((self.symbols[s].hint for s in rel.free_symbols if s in self.symbols), default=2)
+        for least in levels:
+            if least > 2 and least > largest:
+                break
             found = self._cached_decide(rel, least)
             if found is not None:
                 if record:
@@ -135,8 +141,10 @@ class ShapeEnv:
         return value.evalf()
 
     def static_value(self, rel: sympy.Basic) -> bool | None:
-        """The relation's truth if the declared ranges (plus sizes >= 2) settle it, without guarding."""
-        return self._decide(self.simplify(rel), record=False)
+        """The relation's truth if the declared ranges (plus sizes >= 2) settle it, without
+        guarding. An answer that needed sizes >= 1 or >= 2 is remembered as an assumption: the
+        caller acts on it (a kernel's fast path), so small sizes must be proven separately."""
+        return self._decide(self.simplify(rel))
 
     # -- guards -------------------------------------------------------------------------
 
@@ -187,3 +195,17 @@ class ShapeEnv:
         Python constants that the ranges cannot model exactly (floats, rounding)."""
         if sym in self.symbols:
             self.evaluate(sympy.Eq(sym, self.symbols[sym].hint), location)
+
+
+def _asks_if_trivial(rel: sympy.Basic) -> bool:
+    """Whether the relation asks if a size is 0 or 1: `size == 1`, `size != 0`, `size > 1`,
+    `size <= 1`, `size < 2`, `size >= 2` (any orientation)."""
+    if not isinstance(rel, sympy.core.relational.Relational):
+        return False
+    lhs, rhs, op = rel.lhs, rel.rhs, rel.rel_op
+    if lhs.is_Integer:
+        lhs, rhs, op = rhs, lhs, {"<": ">", ">": "<", "<=": ">=", ">=": "<="}.get(op, op)
+    if lhs.is_Integer or not rhs.is_Integer:
+        return False
+    limits = {"==": (0, 1), "!=": (0, 1), ">": (0, 1), "<=": (0, 1), "<": (1, 2), ">=": (1, 2)}[op]
+    return limits[0] <= int(rhs) <= limits[1]

@@ -497,10 +497,15 @@ class SymNode:
         for sym in sorted(self.expr.free_symbols, key=lambda s: int(str(s)[1:])):
             self.env.pin(sym)
 
-    def _static(self):
+    def _static(self, decides: bool = False):
         """The truth of this relation if the ranges settle it, without guarding; for a value
-        the ranges model only approximately, only if the answer is not on a boundary."""
+        the ranges model only approximately, only if the answer is not on a boundary.
+        `decides`: the answer picks what the program computes (guard_or_false and kin), so an
+        answer that holds only for sizes >= 1 or >= 2 is remembered as an assumption, which
+        the small sizes in range are then proven against (or refused at call time)."""
         if self.recipe is None or self.exact:
+            if decides:
+                return self.env._decide(self.env.simplify(self.expr))
             return self.env.static_value(self.expr)
         return _static_approx(self.env, self.expr)
 
@@ -518,16 +523,16 @@ class SymNode:
 
     def guard_or_false(self, file: str = "", line: int = 0) -> bool:
         """Kernels ask this for fast paths where False is always a valid answer: no guard."""
-        found = self._static()
+        found = self._static(decides=True)
         return False if found is None else found
 
     def guard_or_true(self, file: str = "", line: int = 0) -> bool:
-        found = self._static()
+        found = self._static(decides=True)
         return True if found is None else found
 
     def guard_size_oblivious(self, file: str = "", line: int = 0) -> bool:
         """Answered as if every size were at least 2, guarding only if that does not settle it."""
-        found = self._static()
+        found = self._static(decides=True)
         return self.guard_bool() if found is None else found
 
     def statically_known_true(self, file: str = "", line: int = 0) -> bool:
@@ -551,7 +556,7 @@ class SymNode:
     # -- layout questions (asked by TensorImpl for symbolic sizes) ---------------------------
 
     def _layout(self, sizes, strides, order) -> "SymNode":
-        return self.wrap_bool(_strides_follow(self.env, sizes, strides, order))
+        return _LayoutAnswer(self.env, lambda guarded: _strides_follow(self.env, sizes, strides, order, guarded))
 
     def is_contiguous(self, sizes, strides):
         return self._layout(sizes, strides, list(range(len(sizes) - 1, -1, -1)))
@@ -566,19 +571,77 @@ class SymNode:
     is_channels_last_strides_3d = is_channels_last_contiguous_3d
 
     def is_non_overlapping_and_dense(self, sizes, strides):
-        # Dense in stride order: the order itself is decided with guards, not read from hints.
         env = self.env
 
-        def compare(i, j):
-            a, b = strides[i].expr, strides[j].expr
-            if a == b:
-                return 0
-            if env.evaluate(sympy.Lt(a, b)):
-                return -1
-            return 1 if env.evaluate(sympy.Lt(b, a)) else 0
+        def decide(guarded: bool):
+            # Dense in stride order: the order itself is decided from the ranges, never read from hints.
+            def less(a, b):
+                rel = sympy.Lt(a, b)
+                return env.evaluate(rel) if guarded else env.static_value(rel)
 
-        order = sorted(range(len(sizes)), key=functools.cmp_to_key(compare))
-        return self._layout(sizes, strides, order)
+            def compare(i, j):
+                a, b = strides[i].expr, strides[j].expr
+                if a == b:
+                    return 0
+                first, second = less(a, b), less(b, a)
+                if first is None or second is None:
+                    raise _Undecided
+                return -1 if first else 1 if second else 0
+
+            try:
+                order = sorted(range(len(sizes)), key=functools.cmp_to_key(compare))
+            except _Undecided:
+                return None
+            return _strides_follow(env, sizes, strides, order, guarded)
+        return _LayoutAnswer(env, decide)
+
+
+class _Undecided(Exception):
+    pass
+
+
+class _LayoutAnswer(SymNode):
+    """A layout question a tensor's metadata asks (contiguous? dense?). torch asks it both as
+    a plain bool and as a `guard_or_false` fast path (internal-overlap checks, memory-format
+    choices); it is worked out when asked, the fast path from the ranges alone, without a guard."""
+
+    def __init__(self, env: ShapeEnv, decide):
+        super().__init__(sympy.Dummy("layout"), env, bool)
+        self._decide = decide   # decide(guarded) -> bool, or None when unguarded and undecided
+
+    def guard_bool(self, file: str = "", line: int = 0) -> bool:
+        return self._decide(True)
+
+    bool_ = expect_true = guard_size_oblivious = guard_bool
+
+    def guard_or_false(self, file: str = "", line: int = 0) -> bool:
+        found = self._decide(False)
+        return False if found is None else found
+
+    def guard_or_true(self, file: str = "", line: int = 0) -> bool:
+        found = self._decide(False)
+        return True if found is None else found
+
+    def statically_known_true(self, file: str = "", line: int = 0) -> bool:
+        return self._decide(False) is True
+
+    def maybe_as_bool(self):
+        return None
+
+    def _combine(self, other, fn) -> "SymNode":
+        other_value = other.guard_bool() if isinstance(other, SymNode) else builtins.bool(other)
+        return self.wrap_bool(fn(self.guard_bool(), other_value))
+
+    def sym_and(self, other):
+        return self._combine(other, lambda a, b: a and b)
+
+    def sym_or(self, other):
+        return self._combine(other, lambda a, b: a or b)
+
+    and_, or_ = sym_and, sym_or
+
+    def sym_not(self):
+        return self.wrap_bool(not self.guard_bool())
 
 
 def _static_approx(env: ShapeEnv, rel: sympy.Basic):
@@ -611,15 +674,21 @@ def _approximate(expr: sympy.Basic) -> bool:
     return expr.has(Opaque) or any(not a.is_Integer for a in expr.atoms(sympy.Number))
 
 
-def _strides_follow(env: ShapeEnv, sizes, strides, order) -> bool:
-    """Whether strides are dense in `order` (innermost dimension first), deciding with guards."""
+def _strides_follow(env: ShapeEnv, sizes, strides, order, guarded: bool = True) -> bool | None:
+    """Whether strides are dense in `order` (innermost dimension first): decided with guards,
+    or (unguarded) from the ranges alone, None when they do not settle it."""
+    ask = env.evaluate if guarded else env.static_value
     expected = sympy.Integer(1)
     for d in order:
         size = sizes[d].expr
-        if env.evaluate(sympy.Eq(size, 1)):
+        is_one = ask(sympy.Eq(size, 1))
+        if is_one is None:
+            return None
+        if is_one:
             continue
-        if not env.evaluate(sympy.Eq(strides[d].expr, expected)):
-            return False
+        matches = ask(sympy.Eq(strides[d].expr, expected))
+        if not matches:
+            return matches
         expected = expected * size
     return True
 
@@ -641,7 +710,7 @@ class ShapeEnvAdapter:
 
     def evaluate_sym_node(self, node, size_oblivious=False, fallback_value=None):
         if fallback_value is not None:   # guard_or_false / guard_or_true: the default needs no guard
-            found = node._static()
+            found = node._static(decides=True)
             return fallback_value if found is None else found
         return node.guard_size_oblivious() if size_oblivious else node.guard_bool()
 
@@ -662,3 +731,17 @@ def symint(expr: sympy.Expr, env: ShapeEnv) -> torch.SymInt | int:
     return torch.SymInt(SymNode(expr, env, int))
 
 
+
+
+def value_at(node: SymNode, values: dict) -> sympy.Basic | int | float | bool | None:
+    """The node's value once the given symbols take the given sizes: an expression in the
+    other symbols, or a number; None when the value needs a symbol that is not given (a
+    float operation of Python's on a size still symbolic)."""
+    if node.recipe is None:
+        return sympy.sympify(node.expr.xreplace(values))
+    op, *args = node.recipe
+    inputs = [value_at(a, values) if isinstance(a, SymNode) else a for a in args]
+    if any(v is None or (isinstance(v, sympy.Basic) and v.free_symbols) for v in inputs):
+        return None
+    numbers = [(int(v) if v.is_Integer else float(v)) if isinstance(v, sympy.Basic) else v for v in inputs]
+    return numbers[0] if op == "const" else _PYTHON[op](*numbers)
