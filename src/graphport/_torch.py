@@ -29,7 +29,7 @@ make_wrapper_subclass = torch.Tensor._make_wrapper_subclass
 __all__ = ["OpOverload", "HigherOrderOperator", "TorchDispatchMode", "enable_python_dispatcher", "pytree",
            "below_autograd", "make_wrapper_subclass", "disabled_torch_function_impl", "has_kernel",
            "is_composite_implicit", "has_meta_kernel", "higher_order_operators", "compiler_flags",
-           "set_compiler_flags", "hop_entry_module"]
+           "set_compiler_flags", "hop_entry_module", "decomposition_table", "python_reference"]
 
 _CIA = torch._C.DispatchKey.CompositeImplicitAutograd
 _META_CAPABLE = (torch._C.DispatchKey.Meta, torch._C.DispatchKey.CompositeExplicitAutograd,
@@ -60,6 +60,18 @@ def has_meta_kernel(op: OpOverload) -> bool:
 def _custom_op_definition(op: OpOverload):
     from torch._library.custom_ops import OPDEFS
     return OPDEFS.get(op._schema.name)
+
+
+def decomposition_table() -> dict:
+    """torch's own decompositions (`torch._decomp`): op semantics written for symbolic sizes."""
+    import torch._decomp
+    return torch._decomp.decomposition_table
+
+
+def python_reference(op: OpOverload):
+    """torch's Python reference implementation (`torch._refs`) of an op's packet, or None."""
+    import torch._refs
+    return getattr(torch._refs, op.overloadpacket.__name__, None)
 
 
 def higher_order_operators() -> list[HigherOrderOperator]:

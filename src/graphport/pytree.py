@@ -5,7 +5,9 @@ import dataclasses
 import re
 from typing import Any
 
-from torch.utils import _pytree as pytree
+from . import _torch
+
+pytree = _torch.pytree
 
 
 def register_dataclass(cls: type, *, serialized_type_name: str | None = None) -> None:

@@ -10,10 +10,12 @@ from typing import Any
 
 import sympy
 import torch
-from torch.utils import _pytree as pytree
 
+from . import _torch
 from .errors import InputMismatchError
 from .signature import ConstantArgument, InputKind, OutputKind
+
+pytree = _torch.pytree
 
 _SHORT = {torch.float32: "f32", torch.float64: "f64", torch.float16: "f16", torch.bfloat16: "bf16",
           torch.int64: "i64", torch.int32: "i32", torch.int16: "i16", torch.int8: "i8", torch.uint8: "u8",

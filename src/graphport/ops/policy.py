@@ -15,6 +15,7 @@ from __future__ import annotations
 from functools import lru_cache
 from typing import Any, Callable
 
+from .. import _torch
 from .kinds import op_info
 
 
@@ -36,12 +37,10 @@ EXPORT_DEFAULT = DispatchPolicy()
 @lru_cache(maxsize=None)
 def python_decomposition(op) -> Callable[..., Any] | None:
     """A Python implementation of `op` written against symbolic sizes, or None."""
-    import torch._decomp
-    import torch._refs
-    found = torch._decomp.decomposition_table.get(op)
+    found = _torch.decomposition_table().get(op)
     if found is not None:
         return found
-    ref = getattr(torch._refs, op.overloadpacket.__name__, None)
+    ref = _torch.python_reference(op)
     if ref is None or not callable(ref) or op._schema.is_mutable:
         return None
     if len(op.overloadpacket.overloads()) > 1 and op._overloadname not in ("default", "Tensor"):

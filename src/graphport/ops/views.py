@@ -19,6 +19,8 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 import torch
+
+from .. import _torch
 import torch.fx as fx
 
 aten = torch.ops.aten
@@ -46,7 +48,7 @@ class ViewStep:
 
     `op` is None for an alias (detach, alias): the view is its source.
     """
-    op: torch._ops.OpOverload | None
+    op: _torch.OpOverload | None
     args: tuple
     kwargs: dict
     index: int | None = None

@@ -6,6 +6,7 @@ from typing import Any
 
 import sympy
 
+from .. import _torch
 from ..errors import UnsupportedInputError
 
 INT_OO = sympy.oo
@@ -141,6 +142,6 @@ class ShapesCollection:
 
     def dynamic_shapes(self, model, args: tuple, kwargs: dict | None = None):
         """The equivalent nested spec, for code that wants torch.export's form."""
-        from torch.utils import _pytree as pytree
+        pytree = _torch.pytree
         return pytree.tree_map(lambda t: self.spec_for(t) if hasattr(t, "shape") else None,
                                (tuple(args), dict(kwargs or {})))

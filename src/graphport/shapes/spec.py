@@ -13,12 +13,14 @@ from typing import Any
 
 import sympy
 import torch
-from torch.utils import _pytree as pytree
 
+from .. import _torch
 from ..errors import ConstraintViolationError, UnsupportedInputError
 from .dims import INT_OO, DerivedDim, Dim, ShapesCollection, _DimHint
 from .env import ShapeEnv
 from .expr import ValueRange
+
+pytree = _torch.pytree
 
 
 @dataclass
