@@ -1,8 +1,10 @@
-"""Every private PyTorch API graphport touches, reached through this one module.
+"""Every private PyTorch module and function graphport touches, reached through this module.
 
 Written for torch 2.13. These names are not covered by torch's compatibility promise, so
 when torch moves one of them, this file is the one place to change. Public torch APIs
-(`torch.fx`, `torch.library`, `torch.SymInt`, ...) are used directly elsewhere.
+(`torch.fx`, `torch.library`, `torch.SymInt`, ...) are used directly elsewhere, and so are
+the private attributes of public objects that every torch extension reads (an operator's
+`_schema`, a module's `_parameters` / `_buffers`, a higher-order operator's `py_impl`).
 """
 from __future__ import annotations
 

@@ -1,11 +1,14 @@
-"""The capture environment: every change capture makes outside its own objects, in one place.
+"""The capture environment: the process-wide changes capture needs, in one place.
 
 While a program is captured, some process-wide state must differ from normal:
 `torch.compiler.is_exporting()` / `is_compiling()` answer True (libraries pick traceable
 code paths on them), builtin `max`/`min` keep symbolic sizes symbolic, control-flow
-operators reach graphport instead of torch.compile, global module hooks track the
-module stack, and the module's own state is swapped for tracers. `capture_environment`
-enters all of it as one context and restores all of it on every exit path.
+operators reach graphport instead of torch.compile, and global module hooks track the
+module stack. `capture_environment` enters all of it as one context and restores all of
+it on every exit path. The captured module itself is handled next to it, by two contexts
+of its own: its parameters and buffers are swapped for tracers (state.py), and
+`ModuleSnapshot` puts back the plain attributes forward changed. The capture mode's rules
+for higher-order operators are registered once per process; they only apply under it.
 
 Captures hold one process-wide re-entrant lock: the state they change is global, so two
 threads exporting at once take turns, and a capture started inside another (re-entry on

@@ -14,7 +14,7 @@ import torch
 from .. import _torch
 from ..errors import (DataDependentError, GraphportError, InternalError, OperatorError, UnsupportedFeatureError,
                       UnsupportedOperatorError)
-from ..ops.kinds import DATA_DEPENDENT_SHAPE, DATA_READS, METADATA_MUTATING, Kind, op_info
+from ..ops.kinds import DATA_DEPENDENT_SHAPE, DATA_READS, METADATA_MUTATING, Kind, is_impure, op_info
 from ..ops.policy import EXPORT_DEFAULT, DispatchPolicy, python_decomposition
 from ..ops.views import ViewInverseMismatch, ViewWriteError, addresses_base_storage
 from .environment import register_higher_order_rules
@@ -115,10 +115,17 @@ class CaptureMode(_torch.TorchDispatchMode):
             self.specialize_sizes -= 1
 
     def _forget_since(self, graph, mark) -> None:
+        """An abandoned decomposition attempt: its calls are no longer the program's (dead
+        code removes them), and its impure ones (a random draw) go now, or they would run."""
         node = mark.next if mark is not None else next(iter(graph.nodes), None)
+        abandoned = []
         while node is not None and node.op != "root":
             self.rec.user_calls.discard(node)
+            abandoned.append(node)
             node = node.next
+        for node in reversed(abandoned):
+            if node.op == "call_function" and is_impure(node.target) and not node.users:
+                graph.erase_node(node)
 
     # -- running on meta ----------------------------------------------------------------
 

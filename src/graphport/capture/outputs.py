@@ -52,7 +52,7 @@ def finish_graph(rec: Recorder, out: Any, inputs: UserInputs, state: ModuleState
     output_specs = [OutputSpec(kind, _argument(value), target) for value, (kind, target) in zip(values, kinds)]
     for node in rec.graph.nodes:
         stack = node.meta.pop("gp_stack", None)
-        if stack:
+        if stack is not None:
             node.meta["stack_trace"] = format_stack_trace(stack)
     return ExportGraphSignature(input_specs, output_specs), out_spec
 
