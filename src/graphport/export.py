@@ -46,13 +46,14 @@ def export(mod: torch.nn.Module | Callable, args: tuple, kwargs: dict | None = N
     if dynamic_shapes is not None:
         shapes = resolve(dynamic_shapes, args, kwargs, arg_names, input_paths(args, kwargs, arg_names))
 
-    def trace(shapes_: InputShapes | None) -> Captured:
-        captured = capture(fn, args, kwargs, root, shapes_)
+    def trace(shapes_: InputShapes | None, locations: bool = True) -> Captured:
+        captured = capture(fn, args, kwargs, root, shapes_, locations=locations)
         eliminate_dead_code(captured.graph, captured.user_calls)
         return captured
 
     captured = trace(shapes)
-    contract = None if shapes is None else _shape_contract(shapes, captured.graph, lambda s: trace(s).graph)
+    contract = None if shapes is None else _shape_contract(
+        shapes, captured.graph, lambda s, locations=True: trace(s, locations).graph)
     for note in [] if shapes is None else shapes.specialized:
         warnings.warn(f"graphport: {note}", stacklevel=2)
     call_graph = [ModuleCallEntry("", ModuleCallSignature([], [], captured.in_spec, captured.out_spec,

@@ -51,15 +51,18 @@ class Captured:
 
 
 def capture(fn: Callable, args: tuple, kwargs: dict, root: torch.nn.Module | None,
-            shapes: InputShapes | None = None, policy: DispatchPolicy = EXPORT_DEFAULT) -> Captured:
-    """Run `fn` once on tracers; `shapes` gives input tensors symbolic sizes."""
-    rec = Recorder(entry_frame=sys._getframe(0))
+            shapes: InputShapes | None = None, policy: DispatchPolicy = EXPORT_DEFAULT,
+            locations: bool = True) -> Captured:
+    """Run `fn` once on tracers; `shapes` gives input tensors symbolic sizes. `locations`
+    False leaves out each node's source location and module stack (a re-trace that is only
+    compared with the capture: walking the Python stack per node is a good part of tracing)."""
+    rec = Recorder(entry_frame=sys._getframe(0), locations=locations)
     state = ModuleState(root, rec) if root is not None else None
     arg_names = argument_names(fn, args, kwargs)
     inputs = trace_inputs(rec, args, kwargs, arg_names, shapes)
     if shapes is not None:
         rec.sizes = SizeValues(shapes.env, inputs.nodes)
-    hooks = _module_stack_hooks(rec, state.module_names) if state is not None else None
+    hooks = _module_stack_hooks(rec, state.module_names) if state is not None and locations else None
     snapshot = ModuleSnapshot(root) if root is not None else None
     with contextlib.ExitStack() as stack:
         if snapshot is not None:

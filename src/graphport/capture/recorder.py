@@ -28,9 +28,10 @@ pytree = _torch.pytree
 
 
 class Recorder:
-    def __init__(self, entry_frame=None):
+    def __init__(self, entry_frame=None, locations: bool = True):
         self.root = self.scope = Scope()
         self.entry_frame = entry_frame
+        self.locations = locations   # False: nodes get no source location or module stack (a proof re-trace)
         self.module_stack: list[tuple[str, str]] = []      # (fqn, qualified type) of active modules
         self.constants: dict[int, TracerTensor] = {}       # id(real tensor) -> its lifted tracer
         self.constant_values: dict[str, torch.Tensor] = {}  # target -> real tensor
@@ -151,7 +152,7 @@ class Recorder:
         scope = self.scope
         node = scope.graph.create_node("call_function", target, args, kwargs, name=name)
         node.meta["val"] = val
-        if scope.recording:
+        if scope.recording and self.locations:
             node.meta["gp_stack"] = user_stack(self.entry_frame) or self.fallback_stack
             node.meta["nn_module_stack"] = {f"L__self__{fqn}": (fqn, typ) for fqn, typ in self.module_stack}
         return node

@@ -15,6 +15,7 @@ questions the original did not; combinations of several small sizes are traced t
 from __future__ import annotations
 
 import itertools
+import os
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable
 
@@ -23,7 +24,7 @@ import torch
 import torch.fx as fx
 
 from .. import _torch
-from ..errors import GraphportError, InternalError
+from ..errors import GraphportError, InternalError, OperatorError
 from ..ops.kinds import Kind, op_info
 from ..shapes.env import ShapeEnv
 from ..shapes.node import SymNode, value_at
@@ -51,8 +52,9 @@ class SmallSizeReport:
 
 def prove_small_sizes(retrace: Callable[[InputShapes], Any], shapes: InputShapes, graph: fx.Graph) -> SmallSizeReport:
     """For every symbol the capture assumed >= 1 or >= 2 below its declared minimum, trace
-    at the small sizes in range and compare. `retrace(shapes)` captures again and returns
-    the captured graph."""
+    at the small sizes in range and compare. `retrace(shapes, locations=True)` captures
+    again and returns the captured graph (with `locations` False, without source locations:
+    the proof does not need them, only a report of where the program differs does)."""
     env = shapes.env
     report = SmallSizeReport()
     candidates = {sym: list(range(least - 1, env.symbols[sym].declared.lower - 1, -1))
@@ -111,17 +113,22 @@ def _try(pins: dict[sympy.Symbol, int], retrace, shapes: InputShapes, graph: fx.
     pinned = pin(shapes, pins)
     report.traces += 1
     try:
-        pinned_graph = retrace(pinned)
+        pinned_graph = retrace(pinned, locations=False)
     except InternalError:
         raise
-    except GraphportError as e:
+    except OperatorError as e:   # an operator rejects its arguments there, as it would in eager
         return Refusal(f"the program fails there: {e.what}", e.location, True), {}
-    except Exception as e:   # raised by the program itself at that size, as eager would
+    except GraphportError as e:   # capture cannot follow the program there: no proof, say why at export
+        return Refusal(f"graphport cannot capture the program there: {e.what}", e.location, False), {}
+    except Exception as e:
+        if _raised_by_graphport(e):
+            raise
+        # raised by the program itself (or torch under it) at that size, as eager would
         return Refusal(f"the program fails there: {type(e).__name__}: {e}", location_in_traceback(e.__traceback__),
                        True), {}
     difference = compare(graph, pinned_graph, pins)
     if difference is not None:
-        return Refusal(difference[0], difference[1], False), {}
+        return Refusal(*_located(difference, retrace, shapes, graph, pins), False), {}
     original = {g.rel.xreplace(pins) for g in shapes.env.guards}
     for guard in pinned.env.guards:
         if guard.rel not in original:
@@ -130,9 +137,33 @@ def _try(pins: dict[sympy.Symbol, int], retrace, shapes: InputShapes, graph: fx.
     return None, dict(pinned.env.assumed_min)
 
 
+def _located(difference: tuple, retrace, shapes: InputShapes, graph: fx.Graph, pins: dict) -> tuple:
+    """The difference with the user's line where it is: the pinned trace was made without
+    source locations, so where they are needed it is made again with them."""
+    if difference[1] is not None:
+        return difference
+    try:
+        again = compare(graph, retrace(pin(shapes, pins)), pins)
+    except Exception:   # it did not fail the first time: keep the difference found then
+        return difference
+    return again if again is not None and again[1] is not None else difference
+
+
+_PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
+
+
+def _raised_by_graphport(error: Exception) -> bool:
+    """Whether the innermost frame of the error is graphport's own code (a bug, not the program)."""
+    tb = error.__traceback__
+    while tb is not None and tb.tb_next is not None:
+        tb = tb.tb_next
+    return tb is not None and tb.tb_frame.f_code.co_filename.startswith(_PACKAGE)
+
+
 def pin(shapes: InputShapes, pins: dict[sympy.Symbol, int]) -> InputShapes:
     """The same inputs with some symbols fixed to sizes, the others symbolic as before."""
     env = ShapeEnv()
+    env.share_caches(shapes.env)
     for sym, info in shapes.env.symbols.items():
         if sym not in pins:
             env.symbols[sym] = replace(info)
@@ -198,7 +229,7 @@ def compare(graph: fx.Graph, pinned: fx.Graph, pins: dict) -> tuple[str, SourceL
             j += 1
         elif a is None or b is None:
             first = a if a is not None else b
-            return f"the program records {'fewer' if a is None else 'more'} operations there", _location(first)
+            return f"the program records {'more' if a is None else 'fewer'} operations there", _location(first)
         elif a.target != b.target:
             return f"the program calls {_name(b)} where it called {_name(a)}", _location(a)
         else:

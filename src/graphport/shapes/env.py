@@ -21,6 +21,9 @@ from ..source import SourceLocation, innermost_user_location
 from .expr import ValueRange, decide
 
 
+_UNSET = object()
+
+
 @dataclass
 class Guard:
     rel: sympy.Basic
@@ -50,6 +53,15 @@ class ShapeEnv:
     _simplified: dict = field(default_factory=dict)
     _decisions: dict = field(default_factory=dict)
     _arith: dict = field(default_factory=dict)
+    # answers by the ranges they were settled from: valid in any env (see share_caches)
+    _by_ranges: dict = field(default_factory=dict)
+
+    def share_caches(self, other: "ShapeEnv") -> None:
+        """Reuse `other`'s caches of pure answers (a re-trace of the same program: most of
+        its questions are the same). Only what depends on nothing but its key is shared:
+        decisions keyed by the ranges of the symbols they involve, and size arithmetic."""
+        self._by_ranges = other._by_ranges
+        self._arith = other._arith
 
     # -- symbols ------------------------------------------------------------------------
 
@@ -66,9 +78,16 @@ class ShapeEnv:
     def _cached_decide(self, rel: sympy.Basic, least: int) -> bool | None:
         """Ranges are fixed while tracing, so each question has one answer per assumption level."""
         key = (rel, least)
-        if key not in self._decisions:
-            self._decisions[key] = decide(rel, self._assuming(least) if least else self.ranges)
-        return self._decisions[key]
+        found = self._decisions.get(key, _UNSET)
+        if found is _UNSET:
+            ranges = self._assuming(least) if least else self.ranges
+            # `decide` reads the ranges of the relation's own symbols only
+            shared = (rel, frozenset((s, ranges.get(s)) for s in rel.free_symbols))
+            found = self._by_ranges.get(shared, _UNSET)
+            if found is _UNSET:
+                found = self._by_ranges[shared] = decide(rel, ranges)
+            self._decisions[key] = found
+        return found
 
     def _assuming(self, least: int) -> dict[sympy.Symbol, ValueRange]:
         return {s: ValueRange(max(i.declared.lower, least), i.declared.upper) for s, i in self.symbols.items()}
