@@ -1,18 +1,29 @@
-"""Every error a user can cause: what happened, where in their code, and how to fix it."""
+"""Every error a user can cause: what happened, where in their code, and how to fix it.
+
+Each class also subclasses the builtin exception torch.export raises in the same situation
+(docs/errors.md has the table), so code written against torch.export --
+`except RuntimeError`, `except ValueError`, `except AssertionError` -- catches graphport's
+errors unchanged. Like torch's exceptions, every error carries the full message as `.msg`.
+"""
 from __future__ import annotations
 
 from .source import SourceLocation, innermost_user_location
 
 
 class GraphportError(Exception):
-    """Base class. Renders as: what went wrong, the user's file:line, a concrete fix."""
+    """Base class. Renders as: what went wrong, the user's file:line, a concrete fix.
+
+    `what`, `fix` and `location` are the parts; `msg` (== str(error)) is the whole message,
+    as torch's exceptions have it, e.g. for refine_dynamic_shapes_from_suggested_fixes(e.msg, spec).
+    """
 
     def __init__(self, what: str, *, fix: str | None = None, location: SourceLocation | None = None,
                  find_location: bool = True):
         self.what = what
         self.fix = fix
         self.location = location if location is not None or not find_location else innermost_user_location()
-        super().__init__(self._render())
+        self.msg = self._render()
+        super().__init__(self.msg)
 
     def _render(self) -> str:
         parts = [self.what]
@@ -22,13 +33,25 @@ class GraphportError(Exception):
             parts.append("  fix: " + self.fix.replace("\n", "\n       "))
         return "\n".join(parts)
 
+    def __reduce__(self):   # pickles with its parts, not re-located from wherever it is unpickled
+        return _rebuild, (type(self), self.what, self.fix, self.location), self.__dict__
 
-class UserError(GraphportError):
-    """The program or its inputs do something export cannot capture."""
+
+def _rebuild(cls, what, fix, location):
+    err = cls.__new__(cls)
+    GraphportError.__init__(err, what, fix=fix, location=location, find_location=False)
+    return err
+
+
+class UserError(GraphportError, RuntimeError):
+    """The program or its inputs do something export cannot capture.
+
+    A RuntimeError, as torch.export's user errors (torch._dynamo.exc.UserError,
+    ConstraintViolationError, GuardOnDataDependentSymNode, UnsupportedOperatorException) are."""
 
 
 class DataDependentError(UserError):
-    """Python control flow or conversion that needs a tensor's runtime value."""
+    """Python control flow or conversion that needs a tensor's runtime value (data-dependent)."""
 
 
 class UnsupportedOperatorError(UserError):
@@ -39,12 +62,35 @@ class OperatorError(UserError):
     """An operator rejected its arguments during capture, as it would in eager mode."""
 
 
-class UnsupportedInputError(UserError):
-    """An input (or output) of a type graphport cannot flatten into tensors and constants."""
+class UnsupportedInputError(UserError, ValueError):
+    """An argument of export (mod, args, an input or output, dynamic_shapes) that graphport
+    cannot take: an input or output of a type it cannot flatten into tensors and constants,
+    a `mod` that is not callable, `args` that is not a tuple, a malformed dynamic_shapes.
+
+    Both a RuntimeError and a ValueError: torch.export raises ValueError for an unsupported
+    input type or a non-callable `mod`, and a RuntimeError (its UserError) for the rest."""
+
+
+class InvalidDimError(UnsupportedInputError, AssertionError):
+    """A Dim that cannot be built (a name that is not an identifier, min > max), or a Dim given
+    for an input that is not a tensor. Also an AssertionError, as torch's Dim checks are asserts."""
 
 
 class InputMismatchError(UserError):
-    """An exported program was called with inputs outside what it was captured for."""
+    """An exported program was called with inputs outside what it was captured for.
+
+    Base of InputGuardError and InputStructureError; `ep.module()` raises one of those."""
+
+
+class InputGuardError(InputMismatchError, AssertionError):
+    """`ep.module()` refused an input's shape, dimension range, shape relation, dtype, specialized
+    Python value or aliasing. An AssertionError, as torch's "Guard failed: ..." is."""
+
+
+class InputStructureError(InputMismatchError, ValueError):
+    """`ep.module()` was called with another input structure: missing or extra arguments or
+    keys, another container, a non-tensor where a tensor was captured. A ValueError, as torch's
+    "Trying to flatten user inputs with exported input tree spec" is."""
 
 
 class UnsupportedFeatureError(UserError):
@@ -55,8 +101,9 @@ class ConstraintViolationError(UserError):
     """The program's shape logic contradicts the user's dynamic_shapes spec."""
 
 
-class InternalError(GraphportError):
-    """graphport broke its own IR contract: a bug in graphport, not in the user's program."""
+class InternalError(GraphportError, RuntimeError):
+    """graphport broke its own IR contract: a bug in graphport, not in the user's program.
+    A RuntimeError but not a UserError."""
 
     def __init__(self, what: str, **kw):
         kw.setdefault("find_location", False)

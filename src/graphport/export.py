@@ -52,8 +52,7 @@ def export(mod: torch.nn.Module | Callable, args: tuple, kwargs: dict | None = N
         return captured
 
     captured = trace(shapes)
-    contract = None if shapes is None else _shape_contract(
-        shapes, captured.graph, lambda s, locations=True: trace(s, locations).graph)
+    contract = None if shapes is None else _shape_contract(shapes, captured, trace)
     for note in [] if shapes is None else shapes.specialized:
         warnings.warn(f"graphport: {note}", stacklevel=2)
     call_graph = [ModuleCallEntry("", ModuleCallSignature([], [], captured.in_spec, captured.out_spec,
@@ -71,9 +70,12 @@ def export(mod: torch.nn.Module | Callable, args: tuple, kwargs: dict | None = N
     return ep
 
 
-def _shape_contract(shapes: InputShapes, graph: fx.Graph, retrace: Callable) -> ShapeContract:
+def _shape_contract(shapes: InputShapes, captured: Captured, trace: Callable) -> ShapeContract:
     """Check the guards against the spec, prove the small sizes, and write the contract."""
-    report = prove_small_sizes(retrace, shapes, graph)
+    def retrace(pinned: InputShapes, locations: bool = True):
+        again = trace(pinned, locations)
+        return again.graph, again.constants
+    report = prove_small_sizes(retrace, shapes, captured.graph, captured.constants)
     # A size where the program computes something else than at the example breaks the
     # declared range; one where the program fails (as eager would) is refused at call time.
     differs = {(sym, size): (refusal.reason, refusal.where) for (sym, size), refusal in report.refused.items()

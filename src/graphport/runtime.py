@@ -12,7 +12,7 @@ import sympy
 import torch
 
 from . import _torch
-from .errors import InputMismatchError
+from .errors import InputGuardError, InputStructureError
 from .signature import ConstantArgument, InputKind, OutputKind
 
 pytree = _torch.pytree
@@ -91,7 +91,7 @@ class ExportedModule(torch.nn.Module):
         flat, spec = pytree.tree_flatten((args, kwargs))
         if spec != self._in_spec:
             where, what = _first_difference(self._in_spec, spec, self._ep.call_spec.forward_arg_names or [])
-            raise InputMismatchError(
+            raise InputStructureError(
                 f"input {where} {what}; the program was exported for inputs structured as\n"
                 f"  {_tree_summary(self._in_spec)}\n  and was called with\n  {_tree_summary(spec)}",
                 fix=f"call with {where} structured as at export (same arguments, keywords, keys and lengths)")
@@ -100,26 +100,26 @@ class ExportedModule(torch.nn.Module):
             expected = self._placeholder_vals[spec_.arg.name]
             if isinstance(spec_.arg, ConstantArgument):
                 if type(leaf) is not type(expected) or leaf != expected:
-                    raise InputMismatchError(
+                    raise InputGuardError(
                         f"input {path} is {leaf!r}, but the program was exported with {path} = {expected!r}; "
                         "Python values are baked into the graph",
                         fix=f"call with {path} = {expected!r}, or export again with the value you need")
                 continue
             if not isinstance(leaf, torch.Tensor):
-                raise InputMismatchError(f"input {path} is a {type(leaf).__qualname__}, expected a tensor "
-                                         f"{_SHORT.get(expected.dtype, expected.dtype)}{list(expected.shape)}",
-                                         fix=f"pass a tensor for {path}")
+                raise InputStructureError(f"input {path} is a {type(leaf).__qualname__}, expected a tensor "
+                                          f"{_SHORT.get(expected.dtype, expected.dtype)}{list(expected.shape)}",
+                                          fix=f"pass a tensor for {path}")
             if leaf.dtype != expected.dtype:
-                raise InputMismatchError(
+                raise InputGuardError(
                     f"input {path} has dtype {leaf.dtype}, but the program was exported for {expected.dtype}",
                     fix=f"convert it first: {path}.to({expected.dtype})")
             if leaf.dim() != expected.dim():
-                raise InputMismatchError(
+                raise InputGuardError(
                     f"input {path} has {leaf.dim()} dimensions {list(leaf.shape)}, expected {expected.dim()} "
                     f"{list(expected.shape)}", fix=f"reshape {path} to {list(expected.shape)}")
             for d, (got, want) in enumerate(zip(leaf.shape, expected.shape)):
                 if type(want) is int and got != want:
-                    raise InputMismatchError(
+                    raise InputGuardError(
                         f"input {path} has size {got} at dimension {d}, but the program was exported for size "
                         f"{want} there (shape {list(expected.shape)}); that dimension is static",
                         fix=f"pass {path} with shape {list(expected.shape)}, or export with dynamic_shapes "
@@ -128,7 +128,7 @@ class ExportedModule(torch.nn.Module):
             check_shapes(self._ep.shape_contract, flat, self._paths)
         for i, first in self._ep.input_aliases.items():
             if flat[i] is not flat[first]:
-                raise InputMismatchError(
+                raise InputGuardError(
                     f"input {self._paths[i]} must be the same tensor object as {self._paths[first]}: the program "
                     "was exported with one tensor passed for both, and may have taken a path that relies on it",
                     fix=f"pass the same tensor for both, or export with distinct example tensors for "
@@ -147,19 +147,19 @@ def check_shapes(contract, flat: list, paths: list[str]) -> None:
         at = f"{paths[src.index]}.shape[{src.dim}]"
         if (size - src.offset) % src.coeff:
             readable = src.coeff * sympy.Symbol(fact.name) + src.offset
-            raise InputMismatchError(
+            raise InputGuardError(
                 f"input {at} is {size}, which is not of the form {readable} the program was exported for",
                 fix=f"pass {paths[src.index]} with shape[{src.dim}] of the form {readable}")
         values[sym] = value = (size - src.offset) // src.coeff
         where[sym] = at if (src.coeff, src.offset) == (1, 0) else f"{at} = {src.coeff * sympy.Symbol(fact.name) + src.offset}"
         if not fact.range.contains(value):
-            raise InputMismatchError(
+            raise InputGuardError(
                 f"input {where[sym]} is {value}, outside the range {fact.range} of dimension {fact.name} the program "
                 f"was exported for", fix=f"pass {where[sym]} within {fact.range}, or export again with a wider "
                                          f"Dim('{fact.name}')")
         if fact.valid_from is not None and value < fact.valid_from:
             site = f" at {fact.assumed_at}" if fact.assumed_at else ""
-            raise InputMismatchError(
+            raise InputGuardError(
                 f"input {where[sym]} is {value}, but the program is valid only for {fact.name} >= {fact.valid_from}"
                 f"{site}: {fact.reason}",
                 fix=f"export a separate program for {where[sym]} = {value} (an example input of that size with that "
@@ -169,12 +169,12 @@ def check_shapes(contract, flat: list, paths: list[str]) -> None:
         got = int(flat[i].shape[d])
         if want != got:
             if expr.is_Integer:
-                raise InputMismatchError(
+                raise InputGuardError(
                     f"input {paths[i]}.shape[{d}] is {got}, but the program fixed that Dim.AUTO dimension to {want} "
                     "while tracing", fix=f"pass {paths[i]} with shape[{d}] == {want}")
             readable = expr.xreplace({s: sympy.Symbol(names[s]) for s in expr.free_symbols})
             known = ", ".join(f"{names[s]} = {values[s]} from {where[s]}" for s in expr.free_symbols if s in where)
-            raise InputMismatchError(
+            raise InputGuardError(
                 f"input {paths[i]}.shape[{d}] is {got}, but the program requires it to be {readable} = {want} "
                 f"({known})",
                 fix=f"pass {paths[i]} with shape[{d}] == {want}, keeping the relations declared in dynamic_shapes")
@@ -183,9 +183,9 @@ def check_shapes(contract, flat: list, paths: list[str]) -> None:
             readable = relation.rel.xreplace({s: sympy.Symbol(names[s]) for s in relation.rel.free_symbols})
             site = f" (recorded at {relation.location})" if relation.location else ""
             shown = {names[s]: v for s, v in values.items()}
-            raise InputMismatchError(f"the inputs' sizes {shown} break the program's shape relation {readable}{site}",
-                                     fix="pass sizes that satisfy the relation, or export with examples that take "
-                                         "the path you need")
+            raise InputGuardError(f"the inputs' sizes {shown} break the program's shape relation {readable}{site}",
+                                  fix="pass sizes that satisfy the relation, or export with examples that take "
+                                      "the path you need")
 
 
 def _first_difference(expected: pytree.TreeSpec, got: pytree.TreeSpec, arg_names: list[str]) -> tuple[str, str]:

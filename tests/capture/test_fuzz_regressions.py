@@ -303,3 +303,22 @@ def test_composite_reading_concrete_sizes_without_reference_specializes(monkeypa
     ep = gp.export(f, (_randn(3, 4),))   # static: nothing to specialize
     x = _randn(3, 4, seed=1)
     torch.testing.assert_close(ep.module()(x), f(x))
+
+
+def test_constant_made_from_a_size_specializes_the_dim():
+    """`torch.tensor([x.shape[1] - 1])` bakes the example's size into a constant: the dim is
+    fixed, and export says so (a range the constant is wrong for is never accepted)."""
+    def f(x0):
+        x0.index_fill_(1, torch.tensor([x0.shape[1] - 1]), 1.5)
+        return (x0,)
+    with pytest.raises(gp.ConstraintViolationError, match="fixes it to the constant 2"):
+        gp.export(f, (torch.randn(2, 2, 1, 2),), dynamic_shapes=({1: gp.Dim("d0", min=0, max=2)},))
+
+
+def test_shape_logic_that_never_settles_ends_with_an_error():
+    """torch's view helper re-asks `k // k == 1` until it is settled: export must finish."""
+    def f(x0):
+        v = x0[:, :, ::3].unflatten(2, (-1, 1))
+        return v.view(v.shape[0], v.shape[1], 1)
+    with pytest.raises(gp.GraphportError):
+        gp.export(f, (torch.randn(1, 4, 2),), dynamic_shapes=({2: gp.Dim("d0", min=2, max=64)},))

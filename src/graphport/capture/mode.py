@@ -57,9 +57,9 @@ class CaptureMode(_torch.TorchDispatchMode):
             return self.concrete_sizes(query(self._meta(args[0])))
         if func in DATA_READS:
             raise data_dependent(DATA_READS[func])
-        if func in DATA_DEPENDENT_SHAPE:
+        if func in DATA_DEPENDENT_SHAPE or (func is aten.index.Tensor and _masks(args)):
             raise DataDependentError(
-                f"the program uses {DATA_DEPENDENT_SHAPE[func]}, whose output shape is data-dependent (it depends on "
+                f"the program uses {DATA_DEPENDENT_SHAPE.get(func, 'boolean-mask indexing (x[mask])')}, whose output shape is data-dependent (it depends on "
                 "tensor values)",
                 fix="keep shapes static: use torch.where(mask, x, other) or multiply by the mask instead of "
                     "selecting elements")
@@ -157,6 +157,8 @@ class CaptureMode(_torch.TorchDispatchMode):
                 return func(*meta_args, **meta_kwargs)
             return self.rec.meta_cache.run(func, meta_args, meta_kwargs, lambda: func(*meta_args, **meta_kwargs))
         except (NotImplementedError, RuntimeError, ValueError, TypeError, IndexError) as e:
+            if isinstance(e, GraphportError):
+                raise
             if isinstance(e, NotImplementedError) or not _torch.has_meta_kernel(func):
                 raise _no_meta_kernel(func, e) from None
             raise _operator_error(func, e) from e
@@ -294,6 +296,12 @@ def _overwrites_input(rec: Recorder, dst, src) -> bool:
 # views whose elements share memory).
 _FILLS = {aten.fill_.Scalar: lambda t, value: value, aten.fill_.Tensor: lambda t, value: value,
           aten.zero_.default: lambda t: 0}
+
+
+def _masks(args) -> bool:
+    """Whether an `index` call selects with a boolean mask (its result size is data-dependent)."""
+    indices = args[1] if len(args) > 1 else ()
+    return any(isinstance(i, torch.Tensor) and i.dtype in (torch.bool, torch.uint8) for i in indices or ())
 
 
 def _bind(schema, args, kwargs) -> dict:

@@ -19,9 +19,10 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 import torch
+import torch.fx as fx
 
 from .. import _torch
-import torch.fx as fx
+from ..errors import GraphportError
 
 aten = torch.ops.aten
 
@@ -165,7 +166,9 @@ def _relayout(c: _Step, target, op, *args):
     the op (a view/dtype view needs compatible strides; a fresh value may not have them)."""
     try:
         return c.emit(op, (target, *args), {})
-    except RuntimeError:
+    except RuntimeError as e:
+        if isinstance(e, GraphportError):
+            raise
         dense = c.emit(aten.clone.default, (target,), {"memory_format": torch.contiguous_format})
         return c.emit(op, (dense, *args), {})
 

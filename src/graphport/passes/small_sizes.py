@@ -50,11 +50,14 @@ class SmallSizeReport:
     traces: int = 0
 
 
-def prove_small_sizes(retrace: Callable[[InputShapes], Any], shapes: InputShapes, graph: fx.Graph) -> SmallSizeReport:
+def prove_small_sizes(retrace: Callable[..., Any], shapes: InputShapes, graph: fx.Graph,
+                      constants: dict[str, torch.Tensor]) -> SmallSizeReport:
     """For every symbol the capture assumed >= 1 or >= 2 below its declared minimum, trace
     at the small sizes in range and compare. `retrace(shapes, locations=True)` captures
-    again and returns the captured graph (with `locations` False, without source locations:
-    the proof does not need them, only a report of where the program differs does)."""
+    again and returns the captured graph and its constants (with `locations` False, without
+    source locations: the proof does not need them, only a report of where the program
+    differs does). Constants made from sizes (`torch.tensor([x.shape[0] - 1])`) are compared
+    by value: the graphs alone do not show them."""
     env = shapes.env
     report = SmallSizeReport()
     candidates = {sym: list(range(least - 1, env.symbols[sym].declared.lower - 1, -1))
@@ -65,14 +68,14 @@ def prove_small_sizes(retrace: Callable[[InputShapes], Any], shapes: InputShapes
                 break
             if _excluded_by_guards(shapes.env, {sym: v}):
                 break   # the program's own guards rule it out: the spec check reports them
-            refusal, assumed = _try({sym: v}, retrace, shapes, graph, report)
+            refusal, assumed = _try({sym: v}, retrace, shapes, graph, constants, report)
             if refusal is None and any(assumed.get(t, 0) > env.assumed_min.get(t, 0) for t in assumed):
                 refusal = Refusal("it needs stronger assumptions about the other dimensions", None, False)
             if refusal is None:
                 report.valid.setdefault(sym, []).append(v)
             else:
                 report.refused[(sym, v)] = refusal
-    _combinations(retrace, shapes, graph, report)
+    _combinations(retrace, shapes, graph, constants, report)
     return report
 
 
@@ -90,7 +93,7 @@ def _at(expr: sympy.Basic, values: dict) -> sympy.Basic:
         return sympy.false
 
 
-def _combinations(retrace, shapes: InputShapes, graph: fx.Graph, report: SmallSizeReport) -> None:
+def _combinations(retrace, shapes: InputShapes, graph: fx.Graph, constants: dict, report: SmallSizeReport) -> None:
     """Several symbols small at once: each combination is traced, or excluded."""
     smalls = {s: vs for s, vs in report.valid.items() if vs}
     if len(smalls) < 2:
@@ -102,18 +105,19 @@ def _combinations(retrace, shapes: InputShapes, graph: fx.Graph, report: SmallSi
     for pins in combos:
         if _excluded_by_guards(shapes.env, pins):
             continue
-        refusal, _ = _try(pins, retrace, shapes, graph, report)
+        refusal, _ = _try(pins, retrace, shapes, graph, constants, report)
         if refusal is not None:
             report.exclusions.append(pins)
 
 
-def _try(pins: dict[sympy.Symbol, int], retrace, shapes: InputShapes, graph: fx.Graph, report: SmallSizeReport):
+def _try(pins: dict[sympy.Symbol, int], retrace, shapes: InputShapes, graph: fx.Graph, constants: dict,
+         report: SmallSizeReport):
     """(why the pinned sizes are not valid, or None; the pinned trace's own assumptions)."""
     pins = {s: sympy.Integer(v) for s, v in pins.items()}
     pinned = pin(shapes, pins)
     report.traces += 1
     try:
-        pinned_graph = retrace(pinned, locations=False)
+        pinned_graph, pinned_constants = retrace(pinned, locations=False)
     except InternalError:
         raise
     except OperatorError as e:   # an operator rejects its arguments there, as it would in eager
@@ -126,7 +130,7 @@ def _try(pins: dict[sympy.Symbol, int], retrace, shapes: InputShapes, graph: fx.
         # raised by the program itself (or torch under it) at that size, as eager would
         return Refusal(f"the program fails there: {type(e).__name__}: {e}", location_in_traceback(e.__traceback__),
                        True), {}
-    difference = compare(graph, pinned_graph, pins)
+    difference = compare(graph, pinned_graph, pins) or _compare_constants(constants, pinned_constants)
     if difference is not None:
         return Refusal(*_located(difference, retrace, shapes, graph, pins), False), {}
     original = {g.rel.xreplace(pins) for g in shapes.env.guards}
@@ -137,13 +141,23 @@ def _try(pins: dict[sympy.Symbol, int], retrace, shapes: InputShapes, graph: fx.
     return None, dict(pinned.env.assumed_min)
 
 
+def _compare_constants(ours: dict, theirs: dict) -> tuple[str, None] | None:
+    for name in sorted(set(ours) | set(theirs)):
+        a, b = ours.get(name), theirs.get(name)
+        same = (a is not None and b is not None and a.dtype == b.dtype and a.shape == b.shape
+                and (a.device.type == "meta" or b.device.type == "meta" or torch.equal(a, b)))
+        if not same:
+            return f"the constant {name} has another value there (a tensor made from sizes in Python)", None
+    return None
+
+
 def _located(difference: tuple, retrace, shapes: InputShapes, graph: fx.Graph, pins: dict) -> tuple:
     """The difference with the user's line where it is: the pinned trace was made without
     source locations, so where they are needed it is made again with them."""
     if difference[1] is not None:
         return difference
     try:
-        again = compare(graph, retrace(pin(shapes, pins)), pins)
+        again = compare(graph, retrace(pin(shapes, pins))[0], pins)
     except Exception:   # it did not fail the first time: keep the difference found then
         return difference
     return again if again is not None and again[1] is not None else difference

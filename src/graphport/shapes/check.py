@@ -245,6 +245,8 @@ def refine_dynamic_shapes_from_suggested_fixes(msg: str, dynamic_shapes: Any) ->
     lines = text.split("Suggested fixes:", 1)[1].splitlines()
     wanted: dict[str, str] = {}
     for line in lines:
+        if line.strip().startswith("at "):   # the error's source location follows the fixes
+            break
         match = _FIX_LINE.match(line)
         if match:
             wanted[match.group(1)] = match.group(2)

@@ -7,7 +7,7 @@ from typing import Any
 import sympy
 
 from .. import _torch
-from ..errors import UnsupportedInputError
+from ..errors import InvalidDimError, UnsupportedInputError
 
 INT_OO = sympy.oo
 
@@ -31,12 +31,12 @@ class Dim:
 
     def __init__(self, name: str, *, min: int | None = None, max: int | None = None):
         if not isinstance(name, str) or not re.fullmatch(r"[A-Za-z_]\w*", name):
-            raise UnsupportedInputError(f"Dim name {name!r} is not a Python identifier",
+            raise InvalidDimError(f"Dim name {name!r} is not a Python identifier",
                                         fix="name dims like variables: Dim('batch')")
         lo = 0 if min is None else min
         hi = INT_OO if max is None else max
         if not isinstance(lo, int) or (hi is not INT_OO and not isinstance(hi, int)) or lo < 0 or lo > hi:
-            raise UnsupportedInputError(f"Dim('{name}') has an invalid range min={min}, max={max}",
+            raise InvalidDimError(f"Dim('{name}') has an invalid range min={min}, max={max}",
                                         fix="use integers with 0 <= min <= max")
         self.__name__ = name
         self.min = lo

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 
 import sympy
 
+from ..errors import UnsupportedFeatureError
 from ..source import SourceLocation, innermost_user_location
 from .expr import ValueRange, decide
 
@@ -53,6 +54,7 @@ class ShapeEnv:
     _simplified: dict = field(default_factory=dict)
     _decisions: dict = field(default_factory=dict)
     _arith: dict = field(default_factory=dict)
+    _asked: dict = field(default_factory=dict)          # relation -> times it had to be guarded
     # answers by the ranges they were settled from: valid in any env (see share_caches)
     _by_ranges: dict = field(default_factory=dict)
 
@@ -175,12 +177,21 @@ class ShapeEnv:
         found = self._decide(rel, location)
         if found is not None:
             return found
+        self._asked[rel] = asked = self._asked.get(rel, 0) + 1
+        if asked > _MAX_REPEATS:
+            raise UnsupportedFeatureError(
+                f"the program's shape logic asks {rel} over and over ({asked} times) without the answer settling "
+                "it, so export would not finish", location=location or innermost_user_location(),
+                fix="state the fact with torch._check(...) on the sizes before this line, or mark the dimension "
+                    "static")
         value = bool(self.hint_of(rel))
-        guard = rel if value else sympy.Not(rel)
+        self._record(rel if value else sympy.Not(rel), location)
+        return value
+
+    def _record(self, guard: sympy.Basic, location: SourceLocation | None = None) -> None:
         self.guards.append(Guard(guard, location or innermost_user_location()))
         if isinstance(guard, sympy.Eq):
             self._replace(guard)
-        return value
 
     def _replace(self, eq: sympy.Eq) -> None:
         """Turn `newer_symbol == expr` into a replacement so later sizes simplify."""
@@ -205,8 +216,10 @@ class ShapeEnv:
             if any(hasattr(f, "gp_hint") for f in expr.atoms(sympy.Function)):
                 for sym in sorted(expr.free_symbols, key=lambda s: int(str(s)[1:])):
                     self.pin(sym, location)
-            else:
-                self.evaluate(sympy.Eq(expr, value), location)
+            elif self._cached_decide(sympy.Eq(expr, value), 0) is not True:
+                # a constant taken from a size is guarded unless the declared ranges alone fix
+                # it: an assumption about large sizes must never stand in for the guard
+                self._record(sympy.Eq(expr, value), location)
         return int(value)
 
     def pin(self, sym: sympy.Symbol, location: SourceLocation | None = None) -> None:
@@ -214,6 +227,11 @@ class ShapeEnv:
         Python constants that the ranges cannot model exactly (floats, rounding)."""
         if sym in self.symbols:
             self.evaluate(sympy.Eq(sym, self.symbols[sym].hint), location)
+
+
+# A relation guarded this often is a loop in the program's shape logic that guarding does
+# not settle: export stops with an error instead of running forever.
+_MAX_REPEATS = 200
 
 
 def _asks_if_trivial(rel: sympy.Basic) -> bool:

@@ -164,6 +164,8 @@ def refine(expr: sympy.Basic, ranges: dict[sympy.Symbol, ValueRange]) -> sympy.B
         if isinstance(expr, sympy.Max):
             return args[0] if lo >= 0 else args[1] if hi <= 0 else expr.func(*args)
         return args[1] if lo >= 0 else args[0] if hi <= 0 else expr.func(*args)
+    if isinstance(expr, FloorDiv) and args[0] == args[1] and bounds(args[0], ranges)[0] >= 1:
+        return sympy.Integer(1)   # a // a, a >= 1
     if isinstance(expr, (Mod, FloorDiv)):
         a_lo, _ = bounds(args[0], ranges)
         gap_lo, _ = _sign_bounds(sympy.expand(args[1] - args[0]), ranges)

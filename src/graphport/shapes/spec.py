@@ -15,7 +15,7 @@ import sympy
 import torch
 
 from .. import _torch
-from ..errors import ConstraintViolationError, UnsupportedInputError
+from ..errors import ConstraintViolationError, InvalidDimError, UnsupportedInputError
 from .dims import INT_OO, DerivedDim, Dim, ShapesCollection, _DimHint
 from .env import ShapeEnv
 from .expr import ValueRange
@@ -45,8 +45,8 @@ def _describe(tree) -> str:
     return show(tree)
 
 
-def _spec_error(what: str, inputs, spec) -> UnsupportedInputError:
-    return UnsupportedInputError(
+def _spec_error(what: str, inputs, spec, cls: type = UnsupportedInputError) -> UnsupportedInputError:
+    return cls(
         f"dynamic_shapes does not match the inputs: {what}\n"
         f"    inputs:         {_describe(inputs)}\n"
         f"    dynamic_shapes: {_describe(spec)}",
@@ -138,7 +138,7 @@ def resolve(dynamic_shapes, args: tuple, kwargs: dict, arg_names: list[str], pat
                 if spec is not None:
                     raise _spec_error(f"{paths[i]} is a {type(leaf).__qualname__}, not a tensor, so it takes no "
                                       f"shape spec (got {spec!r}); Python values are specialized", inputs,
-                                      dynamic_shapes)
+                                      dynamic_shapes, InvalidDimError)
                 continue
             per_leaf[i] = _per_dim(spec, leaf, paths[i], inputs, dynamic_shapes)
     return _create_symbols(flat, per_leaf, paths)

@@ -1,0 +1,1 @@
+"""Drop-in compatibility with torch.export: behaviour users rely on, checked against torch."""
