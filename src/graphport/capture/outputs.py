@@ -60,12 +60,8 @@ def finish_graph(rec: Recorder, out: Any, inputs: UserInputs, state: ModuleState
 def _output_value(rec: Recorder, path: tuple, leaf: Any) -> Any:
     if isinstance(leaf, TracerTensor):
         return rec.output_value(leaf)
-    if isinstance(leaf, torch.Tensor):
-        return rec.value(rec.constant(leaf))
-    if is_sym(leaf):
-        return rec.sym_value(leaf)
-    if isinstance(leaf, SCALAR_TYPES):
-        return leaf
+    if isinstance(leaf, torch.Tensor) or is_sym(leaf) or isinstance(leaf, SCALAR_TYPES):
+        return rec.graph_arg(leaf)   # a constant tensor, a size, or a Python value
     raise UnsupportedInputError(
         f"output {path_to_str('output', path)} is a {type(leaf).__qualname__}, which graphport cannot flatten into "
         "tensors and constants",
