@@ -231,3 +231,12 @@ def test_errors_are_graphport_errors():
     assert issubclass(gp.DataDependentError, gp.GraphportError)
     for cls in (gp.UnsupportedOperatorError, gp.UnsupportedInputError, gp.InputMismatchError):
         assert issubclass(cls, gp.GraphportError)
+
+
+def test_sparse_input_is_refused_with_the_input_named():
+    def uses_sparse(x):
+        return x.to_dense() * 2
+    x = torch.eye(3).to_sparse_csr()
+    with pytest.raises(gp.UnsupportedInputError) as err:
+        gp.export(uses_sparse, (x,))
+    assert "sparse_csr" in str(err.value) and "to_dense" in str(err.value)

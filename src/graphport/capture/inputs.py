@@ -41,6 +41,11 @@ def trace_inputs(rec: Recorder, args: tuple, kwargs: dict, arg_names: list[str],
     for i, (path, leaf) in enumerate(flat):
         name, printable = leaf_naming(path, arg_names)
         paths.append(printable)
+        if isinstance(leaf, torch.Tensor) and leaf.layout is not torch.strided:
+            raise UnsupportedInputError(
+                f"input {printable} is a {str(leaf.layout).removeprefix('torch.')} tensor; graphport captures "
+                "dense (strided) tensors only",
+                fix=f"pass {printable}.to_dense(), or convert it inside forward")
         if isinstance(leaf, torch.Tensor):
             meta = symbolic_meta(leaf, shapes.sizes[i], shapes.env) if shapes is not None else None
             tracer = own = rec.tracer_for_placeholder(name, leaf, meta)
