@@ -19,10 +19,7 @@ from bench import measure, zoo  # noqa: E402
 from bench.harness import ERROR, OK, UNSUPPORTED  # noqa: E402
 
 # (model, "static" | "dynamic") -> the issue the export waits for.
-EXPECTED_FAILURES: dict[tuple[str, str], str] = {
-    ("wav2vec2", "dynamic"): "issue 3: symbolic shapes: floor-division guards of the strided conv feature "
-                             "extractor (samples = 20*frames) are reported as constraint violations",
-}
+EXPECTED_FAILURES: dict[tuple[str, str], str] = {}
 
 slow = [pytest.mark.slow, pytest.mark.skipif(os.environ.get("GRAPHPORT_SLOW") != "1",
                                              reason="slow: set GRAPHPORT_SLOW=1 (make test-all) to run")]
@@ -40,8 +37,7 @@ def _params() -> list:
         for kind in ("static", "dynamic"):
             marks = [] if (name in zoo.CI_SUBSET and kind == "static") else list(slow)
             if (name, kind) in EXPECTED_FAILURES:
-                marks.append(pytest.mark.xfail(reason=EXPECTED_FAILURES[(name, kind)], raises=GraphportGap,
-                                               strict=False))
+                marks.append(pytest.mark.xfail(reason=EXPECTED_FAILURES[(name, kind)], raises=GraphportGap))
             params.append(pytest.param(name, kind, marks=marks, id=f"{name}-{kind}"))
     return params
 

@@ -36,8 +36,7 @@ CASES = exportdb.all_cases()
 
 
 def _params() -> list:
-    return [pytest.param(name, marks=pytest.mark.xfail(reason=EXPECTED_FAILURES[name], raises=GraphportGap,
-                                                       strict=False))
+    return [pytest.param(name, marks=pytest.mark.xfail(reason=EXPECTED_FAILURES[name], raises=GraphportGap))
             if name in EXPECTED_FAILURES else name for name in CASES]
 
 
