@@ -92,3 +92,31 @@ def test_unused_index_that_fails_at_small_sizes_still_fails():
     with pytest.raises(Exception):
         ep.module()(torch.randn(1, 4))
     torch.testing.assert_close(ep.module()(torch.randn(3, 4).clone()).shape, torch.Size([3, 4]))
+
+
+def test_a_size_where_the_program_fails_is_refused_at_call_time_with_the_reason():
+    def f(x):
+        return x.reshape(x.shape[0], -1, 2).sum(-1)   # at 0 rows eager cannot infer the -1
+    ep = gp.export(f, (torch.randn(3, 4),), dynamic_shapes=({0: gp.Dim("n", min=0, max=8)},))
+    assert any("n < 1" in note for note in ep.shape_report), ep.shape_report
+    import pytest
+    with pytest.raises(Exception):
+        f(torch.randn(0, 4))
+    with pytest.raises(AssertionError) as info:   # InputGuardError: torch's "Guard failed" class
+        ep.module()(torch.randn(0, 4))
+    assert isinstance(info.value, gp.InputGuardError)
+    assert "valid only for n >= 1" in str(info.value) and "export a separate program" in info.value.fix
+    for n in (1, 2, 5, 8):
+        x = torch.randn(n, 4)
+        torch.testing.assert_close(ep.module()(x), f(x))
+
+
+def test_a_question_guarded_over_and_over_ends_export_with_an_error():
+    import pytest
+    env, s = _env()
+    question = sympy.Gt(s * s, s + 7)   # true at the example (4), not settled by the range [0, 10]
+    with pytest.raises(gp.UnsupportedFeatureError) as info:
+        for _ in range(1000):
+            env.evaluate(question)
+    assert "over and over" in str(info.value) and "torch._check" in info.value.fix
+    assert isinstance(info.value, RuntimeError)
