@@ -15,7 +15,15 @@ INF = sympy.oo
 
 
 class FloorDiv(sympy.Function):
-    """Integer floor division `a // b` (sympy's floor(a / b) brings in rationals)."""
+    """Integer floor division `a // b` (sympy's floor(a / b) brings in rationals).
+
+    Kept in a normal form so that sizes computed along different paths compare equal
+    without sympy's general simplification: by a positive constant `k`, terms divisible by
+    `k` move out (`(2*x + 3)//2 == x + 3//2`), the constant left inside lies in [0, k)
+    (`(x - 1)//2 + 1 == (x + 1)//2`), and nested divisions merge
+    (`((a//m) + c)//n == (a + c*m)//(m*n)`), so a stack of strided convolutions gives one
+    division, not a tower. Division by a size that divides the numerator as a polynomial
+    (with other divisions as atoms) is exact (`b*(x//4 - 1) // b == x//4 - 1`)."""
     is_integer = True
 
     @classmethod
@@ -27,22 +35,43 @@ class FloorDiv(sympy.Function):
         if a == 0:
             return sympy.Integer(0)
         if not b.is_Integer:
-            quotient = _exact_quotient(a, b)
-            if quotient is not None:
-                return quotient
-        if b.is_Integer and b > 0:
-            # (k*b*x + c) // b == k*x + c // b, for integer parts divisible by b
-            if a.is_Mul and a.args[0].is_Integer and int(a.args[0]) % int(b) == 0:
-                return sympy.Integer(int(a.args[0]) // int(b)) * sympy.Mul(*a.args[1:])
-            if a.is_Add:
-                divisible = [t for t in a.args if _divisible(t, int(b))]
-                if divisible:
-                    rest = sympy.Add(*[t for t in a.args if t not in divisible])
-                    return sympy.Add(*[sympy.simplify(t / b) for t in divisible]) + FloorDiv(rest, b)
+            return _exact_quotient(a, b)
+        if b > 0:
+            return _floordiv_by_constant(a, int(b))
         return None
 
     def _sympystr(self, printer):
         return f"(({printer._print(self.args[0])})//({printer._print(self.args[1])}))"
+
+
+def _floordiv_by_constant(a: sympy.Expr, k: int):
+    """`a // k` in normal form, or None when `FloorDiv(a, k)` already is."""
+    terms = sympy.Add.make_args(a)
+    whole = [t for t in terms if _divisible(t, k)]
+    constant = sum((int(t) for t in terms if t.is_Integer and t not in whole), 0)
+    rest = [t for t in terms if t not in whole and not t.is_Integer]
+    outside = sympy.Add(*[t / k for t in whole]) + constant // k
+    inside_constant = constant % k
+    if len(rest) == 1 and isinstance(rest[0], FloorDiv) and rest[0].args[1].is_Integer and rest[0].args[1] > 0:
+        inner, m = rest[0].args[0], int(rest[0].args[1])
+        return outside + FloorDiv(inner + inside_constant * m, m * k)
+    if not whole and inside_constant == constant:
+        return None
+    if not rest:
+        return outside
+    return outside + FloorDiv(sympy.Add(*rest) + inside_constant, k)
+
+
+def _opaque_atoms(expr: sympy.Expr, table: dict) -> sympy.Expr:
+    """`expr` with every FloorDiv, Mod, Max and Min replaced by a symbol (the same
+    subexpression by the same symbol), so polynomial algebra can treat them as atoms."""
+    if isinstance(expr, (FloorDiv, Mod, sympy.Max, sympy.Min)):
+        if expr not in table:
+            table[expr] = sympy.Dummy(integer=True)
+        return table[expr]
+    if not expr.args:
+        return expr
+    return expr.func(*[_opaque_atoms(arg, table) for arg in expr.args])
 
 
 class Mod(sympy.Function):
@@ -56,9 +85,18 @@ class Mod(sympy.Function):
             return sympy.Integer(int(a) % int(b))
         if a == b or a == 0:
             return sympy.Integer(0)
-        if b.is_Integer and _divisible(a, int(b)):
-            return sympy.Integer(0)
-        if not b.is_Integer and _divides_polynomially(a, b):
+        if b.is_Integer and b > 0:
+            k = int(b)
+            terms = sympy.Add.make_args(a)
+            kept = [t for t in terms if not _divisible(t, k)]
+            constant = sum((int(t) for t in kept if t.is_Integer), 0)
+            rest = [t for t in kept if not t.is_Integer]
+            if not rest:
+                return sympy.Integer(constant % k)
+            if len(kept) != len(terms) or constant != constant % k:   # (k*x + c) % k == c % k
+                return Mod(sympy.Add(*rest) + constant % k, b)
+            return None
+        if not b.is_Integer and _exact_quotient(a, b) is not None:
             return sympy.Integer(0)
         return None
 
@@ -67,21 +105,22 @@ class Mod(sympy.Function):
 
 
 def _exact_quotient(a, b):
-    """a / b when it is a polynomial with integer coefficients (s0*s1 // s0 == s1)."""
-    if not (a.free_symbols or b.free_symbols) or isinstance(a, (FloorDiv, Mod)) or isinstance(b, (FloorDiv, Mod)):
+    """a / b when it is a polynomial with integer coefficients, divisions inside `a` and
+    `b` taken as atoms (s0*s1 // s0 == s1, b*(t//5) // b == t//5)."""
+    if not (a.free_symbols or b.free_symbols):
         return None
+    table: dict = {}
+    a_poly, b_poly = _opaque_atoms(sympy.expand(a), table), _opaque_atoms(sympy.expand(b), table)
     try:
-        quotient, remainder = sympy.div(a, b)
+        quotient, remainder = sympy.div(a_poly, b_poly)
         if remainder != 0:
             return None
         poly = sympy.Poly(quotient, *(quotient.free_symbols or [sympy.Dummy()]))
     except (sympy.PolynomialError, sympy.polys.polyerrors.PolificationFailed, sympy.polys.polyerrors.GeneratorsNeeded):
         return None
-    return quotient if all(c.is_Integer for c in poly.coeffs()) else None
-
-
-def _divides_polynomially(a, b) -> bool:
-    return _exact_quotient(a, b) is not None
+    if not all(c.is_Integer for c in poly.coeffs()):
+        return None
+    return quotient.xreplace({atom: expr for expr, atom in table.items()})
 
 
 def _divisible(term, k: int) -> bool:
