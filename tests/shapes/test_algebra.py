@@ -73,6 +73,8 @@ def test_normal_form_evaluates_as_python_does(pair):
     (Mod(y * (FloorDiv(x, 5) - 1), y), 0),
     (Mod(4 * x + 6, 4), 2),
     (Mod(3 * x + 7, 3), 1),
+    (Mod(x + Mod(4 - Mod(x, 4), 4), 4), 0),                                 # padded up to a multiple
+    (Mod(y + 2 * Mod(x, 6), 3), Mod(y + 2 * x, 3)),
 ])
 def test_forms_that_must_meet(built, normal):
     assert sympy.expand(built - normal) == 0

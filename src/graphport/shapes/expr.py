@@ -87,7 +87,11 @@ class Mod(sympy.Function):
             return sympy.Integer(0)
         if b.is_Integer and b > 0:
             k = int(b)
-            terms = sympy.Add.make_args(a)
+            # (x + y % m) % k == (x + y) % k when k divides m: a size padded up to a multiple
+            # (`h + (k - h % k) % k`) is then seen to be one
+            terms = [_drop_inner_mod(t, k) for t in sympy.Add.make_args(a)]
+            if terms != list(sympy.Add.make_args(a)):
+                return Mod(sympy.Add(*terms), b)
             kept = [t for t in terms if not _divisible(t, k)]
             constant = sum((int(t) for t in kept if t.is_Integer), 0)
             rest = [t for t in kept if not t.is_Integer]
@@ -102,6 +106,14 @@ class Mod(sympy.Function):
 
     def _sympystr(self, printer):
         return f"Mod({printer._print(self.args[0])}, {printer._print(self.args[1])})"
+
+
+def _drop_inner_mod(term: sympy.Expr, k: int) -> sympy.Expr:
+    """`c * (y % m)` as `c * y` when k divides m: the same value modulo k."""
+    coeff, rest = term.as_coeff_Mul()
+    if isinstance(rest, Mod) and rest.args[1].is_Integer and int(rest.args[1]) % k == 0:
+        return coeff * rest.args[0]
+    return term
 
 
 def _exact_quotient(a, b):

@@ -1,0 +1,283 @@
+"""Shape patterns of vision and audio models under dynamic image sizes and audio lengths.
+
+Each pattern is exported by graphport and by torch.export with the same spec. Where
+torch.export accepts it, graphport must too (no false violations from an algebra that
+cannot compare strided sizes), and the program must match eager at sizes across the
+ranges, their ends included. Where torch.export refuses (often because an intermediate
+size can be 1, which it specializes), graphport either refuses too or, having proven the
+small sizes by tracing there, exports a program that matches eager at the ends of the range.
+"""
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+import graphport as gp
+
+T = nn.Module
+
+
+class StridedConvTokens(T):
+    """Patch embedding: a strided conv, flatten(2).transpose(1, 2), then a Linear."""
+    def __init__(self, stride=2, kernel=3, padding=1):
+        super().__init__()
+        self.conv, self.proj = nn.Conv2d(3, 8, kernel, stride=stride, padding=padding), nn.Linear(8, 8)
+
+    def forward(self, x):
+        return self.proj(self.conv(x).flatten(2).transpose(1, 2))
+
+
+class ConvStack(T):
+    """Stacked strided convolutions with padding and dilation, then a norm over tokens."""
+    def __init__(self, dilation=1, depth=4):
+        super().__init__()
+        self.convs = nn.ModuleList(nn.Conv2d(4 if i else 3, 4, 3, stride=2, padding=dilation, dilation=dilation)
+                                   for i in range(depth))
+        self.norm = nn.LayerNorm(4)
+
+    def forward(self, x):
+        for conv in self.convs:
+            x = conv(x).relu()
+        return self.norm(x.flatten(2).transpose(1, 2))
+
+
+class OverlappingPatches(T):
+    """SegFormer-like stages: overlapping patch embeddings, tokens, spatial reduction."""
+    def __init__(self):
+        super().__init__()
+        self.embeds = nn.ModuleList([nn.Conv2d(3, 8, 7, 4, 3), nn.Conv2d(8, 8, 3, 2, 1), nn.Conv2d(8, 8, 3, 2, 1)])
+        self.reduce = nn.Conv2d(8, 8, 2, 2)
+        self.norm = nn.LayerNorm(8)
+
+    def forward(self, x):
+        for embed in self.embeds:
+            x = embed(x)
+            b, c, h, w = x.shape
+            tokens = self.norm(x.flatten(2).transpose(1, 2))
+            x = tokens.transpose(1, 2).reshape(b, c, h, w)
+        kv = self.reduce(x).flatten(2).transpose(1, 2)
+        q = x.flatten(2).transpose(1, 2)
+        return torch.softmax(q @ kv.transpose(1, 2), -1) @ kv
+
+
+class AudioFrontEnd(T):
+    """wav2vec2-style feature extractor: strided Conv1d stack, GroupNorm, then a Linear."""
+    def __init__(self):
+        super().__init__()
+        self.convs = nn.ModuleList([nn.Conv1d(1, 16, 10, 5), nn.Conv1d(16, 16, 3, 2), nn.Conv1d(16, 16, 3, 2)])
+        self.norm = nn.GroupNorm(16, 16)
+        self.proj = nn.Linear(16, 8)
+
+    def forward(self, wave):
+        x = self.norm(self.convs[0](wave[:, None]))
+        for conv in self.convs[1:]:
+            x = F.gelu(conv(x))
+        return self.proj(x.transpose(1, 2))
+
+
+class AudioReshapeByBatch(T):
+    """Frames flattened with the batch and split back: `Mod(b*L, b)` and `(b*L)//b`."""
+    def __init__(self):
+        super().__init__()
+        self.conv, self.proj = nn.Conv1d(1, 4, 10, 5), nn.Linear(4, 4)
+
+    def forward(self, wave):
+        x = self.conv(wave[:, None]).transpose(1, 2)
+        b, frames, c = x.shape
+        return self.proj(x.reshape(-1, c)).view(b, -1, c)
+
+
+class Pooling(T):
+    def __init__(self, ceil_mode, kernel=3, stride=2):
+        super().__init__()
+        self.pool = nn.MaxPool2d(kernel, stride, ceil_mode=ceil_mode)
+
+    def forward(self, x):
+        return self.pool(x).flatten(1)
+
+
+class AvgPoolPadded(T):
+    def forward(self, x):
+        return F.avg_pool2d(x, 3, 2, padding=1, ceil_mode=True, count_include_pad=False)
+
+
+class Interpolate(T):
+    def __init__(self, **how):
+        super().__init__()
+        self.how = how
+
+    def forward(self, x):
+        return F.interpolate(x, **self.how)
+
+
+class PixelShuffle(T):
+    def forward(self, x):
+        return F.pixel_unshuffle(F.pixel_shuffle(x, 2), 2)
+
+
+class PadToMultiple(T):
+    """Windowed attention: pad height and width up to a multiple of the window, then split."""
+    def __init__(self, window=4):
+        super().__init__()
+        self.window = window
+
+    def forward(self, x):
+        b, c, h, w = x.shape
+        pad_h, pad_w = (self.window - h % self.window) % self.window, (self.window - w % self.window) % self.window
+        x = F.pad(x, (0, pad_w, 0, pad_h))
+        H, W = x.shape[2], x.shape[3]
+        windows = x.view(b, c, H // self.window, self.window, W // self.window, self.window)
+        return windows.permute(0, 2, 4, 3, 5, 1).reshape(-1, self.window * self.window, c).sum(1)
+
+
+class CeilToPatches(T):
+    """MobileViT's unfolding size: `ceil(h / p) * p` written with math.ceil."""
+    def __init__(self, patch=2):
+        super().__init__()
+        self.patch = patch
+
+    def forward(self, x):
+        h, w = x.shape[-2:]
+        new_h, new_w = int(math.ceil(h / self.patch) * self.patch), int(math.ceil(w / self.patch) * self.patch)
+        return x.new_zeros(x.shape[0], new_h, new_w) + x.mean()
+
+
+class Unfold(T):
+    def forward(self, x):
+        return F.unfold(x, 3, stride=2, padding=1).transpose(1, 2)
+
+
+class DepthwiseSeparable(T):
+    def __init__(self):
+        super().__init__()
+        self.dw, self.pw = nn.Conv2d(3, 3, 3, 2, 1, groups=3), nn.Conv2d(3, 6, 1)
+
+    def forward(self, x):
+        return self.pw(self.dw(x)).mean((2, 3))
+
+
+class TransposedConv(T):
+    def __init__(self):
+        super().__init__()
+        self.down, self.up = nn.Conv2d(3, 4, 3, 2, 1), nn.ConvTranspose2d(4, 3, 4, 2, 1)
+
+    def forward(self, x):
+        return self.up(self.down(x))
+
+
+class AdaptivePool(T):
+    def forward(self, x):
+        return F.adaptive_avg_pool2d(x, (4, 4)).flatten(1)
+
+
+class FrameSplit(T):
+    """Audio framing with unfold on the time axis (hop and window)."""
+    def forward(self, wave):
+        return wave.unfold(-1, 16, 8).mean(-1)
+
+
+class ConvThenAttentionPool(T):
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv1d(1, 8, 4, 4)
+        self.attn = nn.MultiheadAttention(8, 2, batch_first=True)
+
+    def forward(self, wave):
+        x = self.conv(wave[:, None]).transpose(1, 2)
+        return self.attn(x, x, x, need_weights=False)[0].mean(1)
+
+
+def image(api, lo=32, hi=256, batch=True):
+    spec = {2: api.Dim("h", min=lo, max=hi), 3: api.Dim("w", min=lo, max=hi)}
+    if batch:
+        spec[0] = api.Dim("b", min=1, max=8)
+    return lambda: {"x": spec}
+
+
+def audio(api, lo=400, hi=16000):
+    return lambda: {"wave": {0: api.Dim("b", min=1, max=8), 1: api.Dim("t", min=lo, max=hi)}}
+
+
+def image_multiple(api, k=32, lo=1, hi=8):
+    return lambda: {"x": {0: api.Dim("b", min=1, max=8), 2: k * api.Dim("dh", min=lo, max=hi),
+                          3: k * api.Dim("dw", min=lo, max=hi)}}
+
+
+# name -> (module factory, example input, spec builder, sizes to compare at, channels)
+CASES = {
+    "patch_embed_stride2": (StridedConvTokens, (2, 3, 64, 48), lambda a: image(a, 3, 256), [(1, 3, 3), (3, 17, 9), (2, 256, 100)]),
+    "patch_embed_stride4_k4": (lambda: StridedConvTokens(4, 4, 0), (2, 3, 64, 64), lambda a: image(a, 8, 256), [(1, 8, 8), (3, 33, 61)]),
+    "patch_embed_stride16": (lambda: StridedConvTokens(16, 16, 0), (2, 3, 224, 224), lambda a: image_multiple(a, 16, 2, 16), [(1, 32, 48), (2, 256, 64)]),
+    "conv_stack": (ConvStack, (2, 3, 64, 64), lambda a: image(a, 32, 256), [(1, 32, 32), (2, 45, 77), (1, 256, 256)]),
+    "conv_stack_dilated": (lambda: ConvStack(dilation=2), (2, 3, 64, 64), lambda a: image(a, 64, 256), [(1, 64, 64), (2, 99, 130)]),
+    "conv_stack_deep": (lambda: ConvStack(depth=6), (1, 3, 256, 256), lambda a: image(a, 128, 512), [(1, 128, 128), (2, 300, 511)]),
+    "overlapping_patches": (OverlappingPatches, (2, 3, 160, 192), lambda a: image(a, 128, 256), [(1, 128, 128), (1, 201, 255)]),
+    "depthwise_separable": (DepthwiseSeparable, (2, 3, 64, 64), lambda a: image(a, 2, 256), [(1, 2, 2), (3, 31, 77)]),
+    "transposed_conv": (TransposedConv, (2, 3, 64, 64), lambda a: image_multiple(a, 2, 2, 64), [(1, 4, 6), (2, 66, 128)]),
+    "maxpool_floor": (lambda: Pooling(False), (2, 3, 64, 64), lambda a: image(a, 3, 256), [(1, 3, 3), (2, 44, 97)]),
+    "maxpool_ceil": (lambda: Pooling(True), (2, 3, 64, 64), lambda a: image(a, 3, 256), [(1, 3, 4), (2, 44, 97)]),
+    "avgpool_ceil_padded": (AvgPoolPadded, (2, 3, 64, 64), lambda a: image(a, 2, 256), [(1, 2, 2), (2, 47, 90)]),
+    "adaptive_pool": (AdaptivePool, (2, 3, 64, 64), lambda a: image(a, 4, 256), [(1, 4, 4), (2, 37, 255)]),
+    "interpolate_scale2": (lambda: Interpolate(scale_factor=2, mode="nearest"), (2, 3, 16, 16), lambda a: image(a, 1, 128), [(1, 1, 1), (2, 9, 33)]),
+    "interpolate_bilinear_half": (lambda: Interpolate(scale_factor=0.5, mode="bilinear", align_corners=False), (2, 3, 16, 16), lambda a: image(a, 2, 128), [(1, 2, 2), (2, 9, 33)]),
+    "interpolate_to_size": (lambda: Interpolate(size=(24, 24), mode="bilinear", align_corners=True), (2, 3, 16, 16), lambda a: image(a, 2, 128), [(1, 2, 3), (2, 99, 33)]),
+    "pixel_shuffle": (PixelShuffle, (2, 8, 16, 16), lambda a: image(a, 1, 64), [(1, 1, 1), (2, 9, 31)]),
+    "pad_to_window": (PadToMultiple, (2, 3, 30, 37), lambda a: image(a, 1, 128), [(1, 1, 1), (2, 4, 9), (1, 127, 64)]),
+    "unfold_patches": (Unfold, (2, 3, 32, 32), lambda a: image(a, 2, 128), [(1, 2, 2), (2, 33, 17)]),
+    "ceil_to_patches": (CeilToPatches, (2, 3, 31, 32), lambda a: image(a, 1, 128), [(1, 1, 1), (2, 33, 18)]),
+    "audio_front_end": (AudioFrontEnd, (2, 4000), lambda a: audio(a), [(1, 400), (3, 5123), (1, 16000)]),
+    "audio_reshape_by_batch": (AudioReshapeByBatch, (2, 4000), lambda a: audio(a, 10), [(1, 10), (3, 5123)]),
+    "audio_framing": (FrameSplit, (2, 400), lambda a: audio(a, 16), [(1, 16), (3, 401)]),
+    "audio_conv_attention": (ConvThenAttentionPool, (2, 400), lambda a: audio(a, 8, 4000), [(1, 8), (2, 999)]),
+}
+
+def _example(name, shape, seed=0):
+    return torch.randn(*shape, generator=torch.Generator().manual_seed(seed))
+
+
+def _input_shape(name, size, example_shape):
+    if len(example_shape) == 2:
+        return size
+    b, h, w = size
+    return (b, example_shape[1], h, w)
+
+
+def _api(which):
+    if which == "graphport":
+        return gp
+    import torch.export as te
+    return te
+
+
+SLOW = {"pad_to_window", "overlapping_patches", "conv_stack_deep"}   # several seconds each to export or refuse
+
+
+@pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.slow) if n in SLOW else n for n in CASES])
+def test_pattern_exports_where_torch_export_does_and_matches_eager(name):
+    make, shape, spec, sizes = CASES[name]
+    torch.manual_seed(0)
+    model = make().eval()
+    example = _example(name, shape)
+
+    def run(api):   # each pattern's forward names its input `x` (images) or `wave` (audio), as the spec does
+        return api.export(model, (example,), dynamic_shapes=spec(api)())
+
+    try:
+        run(_api("torch"))
+        torch_ok = True
+    except Exception:
+        torch_ok = False
+    try:
+        ep = run(gp)
+    except gp.ConstraintViolationError:
+        if torch_ok:
+            raise
+        return
+    for i, size in enumerate(sizes):
+        x = _example(name, _input_shape(name, size, shape), seed=i + 1)
+        torch.testing.assert_close(ep.module()(x), model(x), atol=1e-5, rtol=1e-5)
+
