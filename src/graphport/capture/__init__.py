@@ -24,6 +24,7 @@ from ..ops.policy import EXPORT_DEFAULT, DispatchPolicy
 from ..shapes.spec import InputShapes
 from ..signature import ExportGraphSignature
 from ..source import SourceLocation
+from .control_flow import attach_subgraphs
 from .environment import ModuleSnapshot, capture_environment
 from .inputs import argument_names, input_paths, trace_inputs
 from .mode import CaptureMode
@@ -73,6 +74,7 @@ def capture(fn: Callable, args: tuple, kwargs: dict, root: torch.nn.Module | Non
         rec.module_stack.clear()
         # still inside the environment: size arithmetic needs torch's Python meta kernels
         signature, out_spec = finish_graph(rec, out, inputs, state, _definition_site(fn))
+    attach_subgraphs(rec.graph, rec.root.modules)
     return Captured(
         graph=rec.graph,
         signature=signature,

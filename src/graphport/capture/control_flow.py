@@ -1,0 +1,239 @@
+"""Control flow: torch.cond captured as one higher-order node whose branches are subgraphs.
+
+Each branch is traced in a child scope of the scope recording the call (scope.py): the
+operands become the child graph's first placeholders, and what the branch closes over
+(parameters, buffers, outer tensors, sizes) is lifted in as further placeholders as it is
+used. The node passes the operands, then every lifted value (the true branch's first, in
+the order used), which is how torch.export lays a cond out; both branches take the same
+placeholders. The branches are checked against each other (output structure, dtype, rank,
+sizes), for writes to anything they did not create, and for outputs that alias an input.
+Each becomes a GraphModule attribute (`true_graph_0`, `false_graph_0`) of the graph that
+holds the call, reached by `get_attr`, so nested conds nest their modules.
+"""
+from __future__ import annotations
+
+import inspect
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import sympy
+import torch
+import torch.fx as fx
+
+from .. import _torch
+from ..errors import ControlFlowError
+from ..source import SourceLocation, format_stack_trace
+from .scope import Scope
+from .sizes import is_sym
+from .tracer import TracerTensor, describe
+
+pytree = _torch.pytree
+COND = torch.ops.higher_order.cond
+
+
+@dataclass
+class Subgraph:
+    """A traced branch or body: its graph, before its placeholders are made to agree."""
+    role: str                       # "true branch", "false branch", ...
+    where: str                      # the function and where it is defined, for messages
+    scope: Scope
+    operands: list[fx.Node]         # its operand placeholders, in order
+    lifted: dict[fx.Node, fx.Node]  # outer node -> its placeholder, in lifting order
+    outputs: list[TracerTensor]
+    out_spec: Any
+
+
+def capture_cond(mode, pred, true_fn: Callable, false_fn: Callable, operands=(), *rest) -> Any:
+    """The capture rule for torch.ops.higher_order.cond."""
+    rec = mode.rec
+    pred_arg = _predicate(rec, pred)
+    if isinstance(pred_arg, bool):   # sizes settle it: the branch taken, inline, as for a Python bool
+        with mode:
+            return (true_fn if pred_arg else false_fn)(*operands)
+    flat, spec = pytree.tree_flatten(tuple(operands))
+    flat = [rec.constant(t) if isinstance(t, torch.Tensor) and not isinstance(t, TracerTensor) else t for t in flat]
+    outer = [rec.graph_arg(t) for t in flat]
+    true = trace_subgraph(mode, "true branch", true_fn, flat, outer, spec)
+    false = trace_subgraph(mode, "false branch", false_fn, flat, outer, spec)
+    _check_branches_agree(rec, true, false)
+    lifted = _lifted_union([true, false])
+    scope = rec.scope
+    true_attr = _attach(rec, "true_graph", finish_subgraph(true, lifted, rec.user_calls))
+    false_attr = _attach(rec, "false_graph", finish_subgraph(false, lifted, rec.user_calls))
+    val = tuple(t.gp_meta for t in true.outputs)
+    node = rec.node(COND, (pred_arg, true_attr, false_attr, tuple(outer) + tuple(lifted)), {}, val)
+    rec.user_calls.add(node)
+    for attr in (true_attr, false_attr):
+        attr.meta.update({k: v for k, v in node.meta.items() if k in ("gp_stack", "nn_module_stack")})
+    assert scope is rec.scope
+    device = true.outputs[0].device if true.outputs else torch.device("cpu")
+    outs = rec.wrap(val, node, device)
+    return pytree.tree_unflatten(list(outs), true.out_spec)
+
+
+def _predicate(rec, pred) -> Any:
+    """The predicate as a graph value: a bool tensor's node, a size comparison's node, or
+    the bool the sizes settle it to."""
+    if isinstance(pred, torch.Tensor):
+        if pred.dtype != torch.bool or pred.gp_meta.numel() != 1:
+            raise ControlFlowError(
+                f"torch.cond's predicate is a {describe(pred)} tensor; it must be a bool tensor with one element",
+                fix="compare to make the predicate: torch.cond(x.sum() > 0, ...), or reduce it with .any() / .all()")
+        return rec.value(pred if isinstance(pred, TracerTensor) else rec.constant(pred))
+    if is_sym(pred):
+        return rec.sym_value(pred)
+    return bool(pred)
+
+
+def trace_subgraph(mode, role: str, fn: Callable, flat: list, outer: list, spec) -> Subgraph:
+    """Run `fn` on the operands in a child scope; refuse writes to outer values and
+    outputs that alias inputs."""
+    rec = mode.rec
+    where = _describe_fn(fn)
+    with rec.child_scope() as scope:
+        placeholders = []
+        for t, node in zip(flat, outer):
+            ph = scope.graph.placeholder(node.name if isinstance(node, fx.Node) else "arg")
+            ph.meta["val"] = node.meta["val"] if isinstance(node, fx.Node) else node
+            if isinstance(t, TracerTensor) and scope.bound_here(t) is None:
+                scope.bind(t, ph, t.gp_base.gp_version if t.gp_base is not None else t.gp_version)
+            placeholders.append(ph)
+        with mode:   # the operator's dispatch left the mode; the branch runs under it again
+            out = fn(*pytree.tree_unflatten(list(flat), spec))
+        flat_out, out_spec = pytree.tree_flatten(out)
+        for i, leaf in enumerate(flat_out):
+            if not isinstance(leaf, TracerTensor):
+                raise ControlFlowError(
+                    f"the {role} ({where}) returns a {type(leaf).__qualname__} at output {i}; branches and bodies "
+                    "must return tensors", fix="return tensors only (wrap a number with torch.tensor(...) made "
+                                               "from the operands, or compute it outside the branch)")
+        _refuse_writes(scope, role, where)
+        _refuse_aliases(scope, flat_out, role, where)
+        scope.graph.output(tuple(rec.output_value(t) for t in flat_out))
+    lifted = {scope.lifted_from[ph]: ph for _, ph in scope.lifted}
+    return Subgraph(role, where, scope, placeholders, lifted, flat_out, out_spec)
+
+
+def _describe_fn(fn: Callable) -> str:
+    target = fn.forward if isinstance(fn, torch.nn.Module) else fn
+    try:
+        code = inspect.unwrap(target).__code__
+    except AttributeError:
+        return getattr(fn, "__name__", type(fn).__name__)
+    return f"{code.co_name} at {SourceLocation(code.co_filename, code.co_firstlineno, code.co_name)}"
+
+
+def _refuse_writes(scope: Scope, role: str, where: str) -> None:
+    """A value bound outside the branch and rebound inside it was written in place."""
+    for tensor, node in scope.rebound():
+        if tensor.gp_base is not None or node.op == "placeholder" or scope.parent.find(tensor) is None:
+            continue   # a view is replayed from its base when stale; writes through one rebind its base
+        raise ControlFlowError(
+            f"the {role} ({where}) writes in place into {tensor.gp_label}, a tensor it did not create "
+            "(an operand, a parameter or buffer, or a tensor from outside); branches and loop bodies must be "
+            "functional", fix="compute a new tensor instead (`y = x + 1` rather than `x.add_(1)`) and return it; "
+                              "update buffers outside the branch with its result")
+
+
+def _refuse_aliases(scope: Scope, outputs: list[TracerTensor], role: str, where: str) -> None:
+    for i, t in enumerate(outputs):
+        root = t.gp_base if t.gp_base is not None else t
+        found = scope.bound_here(root)
+        if scope.parent.find(root) is not None and (found is None or found.op == "placeholder"):
+            raise ControlFlowError(
+                f"the {role} ({where}) returns {'an operand or outer tensor' if root is t else 'a view of an input'} "
+                f"at output {i} ({root.gp_label}), not a new tensor; branch outputs must not alias their inputs",
+                fix=f"return a copy: `{root.gp_label}.clone()`" if root is t else
+                    "return a copy of the view: `....clone()`")
+
+
+def _check_branches_agree(rec, true: Subgraph, false: Subgraph) -> None:
+    if true.out_spec != false.out_spec:
+        raise ControlFlowError(
+            f"torch.cond's branches return different structures:\n  the {true.role} ({true.where}) returns "
+            f"{_tree(true.out_spec)}\n  the {false.role} ({false.where}) returns {_tree(false.out_spec)}",
+            fix="return the same structure (same number and nesting of tensors) from both branches")
+    for i, (a, b) in enumerate(zip(true.outputs, false.outputs)):
+        if a.dtype != b.dtype or a.dim() != b.dim():
+            raise ControlFlowError(
+                f"torch.cond's branches return different tensors at output {i}: the {true.role} returns "
+                f"{describe(a)}, the {false.role} {describe(b)}",
+                fix="make both branches return the same dtype and number of dimensions (convert with "
+                    ".to(dtype), reshape with .reshape(...))")
+        for d, (sa, sb) in enumerate(zip(a.shape, b.shape)):
+            if not _same_size(rec, sa, sb):
+                raise ControlFlowError(
+                    f"torch.cond's branches return sizes that differ at output {i}, dimension {d}: {sa} from the "
+                    f"{true.role}, {sb} from the {false.role} (shapes {list(a.shape)} and {list(b.shape)}); an "
+                    "output whose size depends on the branch taken cannot be captured yet",
+                    fix="make both branches return the same shape, for example by padding the smaller result "
+                        "or returning a mask alongside a fixed-size tensor")
+
+
+def _same_size(rec, a, b) -> bool:
+    if not is_sym(a) and not is_sym(b):
+        return a == b
+    ea = a.node.expr if is_sym(a) else sympy.Integer(a)
+    eb = b.node.expr if is_sym(b) else sympy.Integer(b)
+    return sympy.expand(rec.sizes.env.simplify(ea - eb)) == 0
+
+
+def _tree(spec) -> str:
+    return " ".join(str(spec).split())
+
+
+def _lifted_union(subgraphs: list[Subgraph]) -> list[fx.Node]:
+    """Outer values any of the subgraphs lifted, each once, first use first."""
+    seen: dict[fx.Node, None] = {}
+    for sub in subgraphs:
+        seen.update(dict.fromkeys(sub.lifted))
+    return list(seen)
+
+
+def finish_subgraph(sub: Subgraph, lifted: list[fx.Node], user_calls: set[fx.Node]) -> fx.GraphModule:
+    """The subgraph as a module: placeholders operands then `lifted` (one for each, used
+    or not, so all subgraphs of a node take the same arguments), source locations in
+    torch's format, values capture made for itself and nobody uses removed."""
+    from ..passes.dead_code import eliminate_dead_code
+    graph = sub.scope.graph
+    first = next((n for n in graph.nodes if n.op != "placeholder"), None)
+    order = list(sub.operands)
+    for outer in lifted:
+        ph = sub.lifted.get(outer)
+        if ph is None:
+            with graph.inserting_before(first):
+                ph = graph.placeholder(outer.name)
+            ph.meta["val"] = outer.meta["val"]
+        order.append(ph)
+    for ph in order:
+        first.prepend(ph)
+    eliminate_dead_code(graph, user_calls)
+    for node in graph.nodes:
+        stack = node.meta.pop("gp_stack", None)
+        if stack is not None:
+            node.meta["stack_trace"] = format_stack_trace(stack)
+    return fx.GraphModule(subgraph_owner(sub.scope.modules), graph, class_name="GraphModule")
+
+
+def _attach(rec, prefix: str, module: fx.GraphModule) -> fx.Node:
+    """`module` as the next free `<prefix>_<n>` attribute of the recording scope's graph."""
+    scope = rec.scope
+    n = sum(name.startswith(prefix + "_") for name in scope.modules)
+    name = f"{prefix}_{n}"
+    scope.modules[name] = module
+    return scope.graph.get_attr(name)
+
+
+def subgraph_owner(modules: dict[str, fx.GraphModule]) -> torch.nn.Module:
+    """A module holding subgraphs as attributes, for fx.GraphModule to copy them from."""
+    owner = torch.nn.Module()
+    for name, module in modules.items():
+        owner.add_module(name, module)
+    return owner
+
+
+def attach_subgraphs(graph: fx.Graph, modules: dict[str, fx.GraphModule]) -> None:
+    """Give a captured graph an owning module holding its subgraphs, so passes that compare
+    graphs can reach them from `get_attr` nodes (node.graph.owning_module)."""
+    if modules:
+        fx.GraphModule(subgraph_owner(modules), graph, class_name="GraphModule")
