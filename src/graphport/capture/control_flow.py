@@ -29,6 +29,7 @@ from .tracer import TracerTensor, describe
 
 pytree = _torch.pytree
 COND = torch.ops.higher_order.cond
+MAP = torch.ops.higher_order.map_impl
 
 
 @dataclass
@@ -53,11 +54,12 @@ def capture_cond(mode, pred, true_fn: Callable, false_fn: Callable, operands=(),
     flat, spec = pytree.tree_flatten(tuple(operands))
     flat = [rec.constant(t) if isinstance(t, torch.Tensor) and not isinstance(t, TracerTensor) else t for t in flat]
     outer = [rec.graph_arg(t) for t in flat]
-    true = trace_subgraph(mode, "true branch", true_fn, flat, outer, spec)
-    false = trace_subgraph(mode, "false branch", false_fn, flat, outer, spec)
+    def call(fn, inner):
+        return fn(*pytree.tree_unflatten(list(inner), spec))
+    true = trace_subgraph(mode, "true branch", true_fn, flat, outer, call)
+    false = trace_subgraph(mode, "false branch", false_fn, flat, outer, call)
     _check_branches_agree(rec, true, false)
     lifted = _lifted_union([true, false])
-    scope = rec.scope
     true_attr = _attach(rec, "true_graph", finish_subgraph(true, lifted, rec.user_calls))
     false_attr = _attach(rec, "false_graph", finish_subgraph(false, lifted, rec.user_calls))
     val = tuple(t.gp_meta for t in true.outputs)
@@ -65,10 +67,44 @@ def capture_cond(mode, pred, true_fn: Callable, false_fn: Callable, operands=(),
     rec.user_calls.add(node)
     for attr in (true_attr, false_attr):
         attr.meta.update({k: v for k, v in node.meta.items() if k in ("gp_stack", "nn_module_stack")})
-    assert scope is rec.scope
     device = true.outputs[0].device if true.outputs else torch.device("cpu")
     outs = rec.wrap(val, node, device)
     return pytree.tree_unflatten(list(outs), true.out_spec)
+
+
+def capture_map(mode, fn: Callable, xs: list, args: list) -> Any:
+    """The capture rule for torch.ops.higher_order.map_impl: `fn` traced once on a slice of
+    each mapped tensor (plus the extra operands), its outputs stacked along a new first dim."""
+    rec = mode.rec
+    xs = [_tracer(rec, t) for t in xs]
+    args = [_tracer(rec, t) if isinstance(t, torch.Tensor) else t for t in args]
+    length = xs[0].shape[0]
+    if not is_sym(length) and length == 0:
+        raise ControlFlowError(
+            f"map runs over a zero-length leading dimension (mapped input {describe(xs[0])})",
+            fix="map needs at least one slice: check the length before calling map, or export with an example "
+                "whose leading dimension is at least 1")
+    slices = [TracerTensor(_slice_meta(t), t.device, rec.graph_arg(t).name) for t in xs]
+    outer = [rec.graph_arg(t) for t in xs] + [rec.graph_arg(a) for a in args]
+    body = trace_subgraph(mode, "map body", fn, slices + args, outer, lambda f, inner: f(*inner))
+    attr = _attach(rec, "body_graph", finish_subgraph(body, list(body.lifted), rec.user_calls))
+    val = tuple(torch.empty((length, *t.shape), dtype=t.dtype, device="meta") for t in body.outputs)
+    lifted = list(body.lifted)
+    node = rec.node(MAP, (attr, outer[:len(xs)], outer[len(xs):] + lifted), {}, val)
+    rec.user_calls.add(node)
+    attr.meta.update({k: v for k, v in node.meta.items() if k in ("gp_stack", "nn_module_stack")})
+    device = body.outputs[0].device if body.outputs else xs[0].device
+    return list(rec.wrap(val, node, device))
+
+
+def _tracer(rec, t):
+    return t if isinstance(t, TracerTensor) else rec.constant(t)
+
+
+def _slice_meta(t: TracerTensor) -> torch.Tensor:
+    """Metadata of `t[i]`: one slice along the first dimension."""
+    meta = t.gp_meta
+    return torch.empty_strided(meta.shape[1:], meta.stride()[1:], dtype=meta.dtype, device="meta")
 
 
 def _predicate(rec, pred) -> Any:
@@ -85,21 +121,22 @@ def _predicate(rec, pred) -> Any:
     return bool(pred)
 
 
-def trace_subgraph(mode, role: str, fn: Callable, flat: list, outer: list, spec) -> Subgraph:
-    """Run `fn` on the operands in a child scope; refuse writes to outer values and
-    outputs that alias inputs."""
+def trace_subgraph(mode, role: str, fn: Callable, inner: list, outer: list, call: Callable[[list], Any]) -> Subgraph:
+    """Run `call(fn, inner)` in a child scope whose placeholders stand for `inner` (named
+    after the `outer` graph values); refuse writes to outer values and outputs that alias
+    inputs."""
     rec = mode.rec
     where = _describe_fn(fn)
     with rec.child_scope() as scope:
         placeholders = []
-        for t, node in zip(flat, outer):
+        for t, node in zip(inner, outer):
             ph = scope.graph.placeholder(node.name if isinstance(node, fx.Node) else "arg")
-            ph.meta["val"] = node.meta["val"] if isinstance(node, fx.Node) else node
+            ph.meta["val"] = t.gp_meta if isinstance(t, TracerTensor) else node
             if isinstance(t, TracerTensor) and scope.bound_here(t) is None:
                 scope.bind(t, ph, t.gp_base.gp_version if t.gp_base is not None else t.gp_version)
             placeholders.append(ph)
-        with mode:   # the operator's dispatch left the mode; the branch runs under it again
-            out = fn(*pytree.tree_unflatten(list(flat), spec))
+        with mode:   # the operator's dispatch left the mode; the function runs under it again
+            out = call(fn, inner)
         flat_out, out_spec = pytree.tree_flatten(out)
         for i, leaf in enumerate(flat_out):
             if not isinstance(leaf, TracerTensor):

@@ -5,7 +5,7 @@ from typing import Any, Callable
 
 import torch
 
-from .control_flow import capture_cond
+from .control_flow import capture_cond, capture_map
 from .tracer import TracerTensor
 
 aten = torch.ops.aten
@@ -53,4 +53,4 @@ SPECIAL: dict[Any, Callable] = {
 }
 
 
-HIGHER_ORDER: dict[str, Callable] = {"cond": capture_cond}
+HIGHER_ORDER: dict[str, Callable] = {"cond": capture_cond, "map_impl": capture_map}
