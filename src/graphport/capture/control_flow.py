@@ -94,7 +94,7 @@ def capture_map(mode, fn: Callable, xs: list, args: list) -> Any:
     rec.user_calls.add(node)
     attr.meta.update({k: v for k, v in node.meta.items() if k in ("gp_stack", "nn_module_stack")})
     device = body.outputs[0].device if body.outputs else xs[0].device
-    return list(rec.wrap(val, node, device))
+    return pytree.tree_unflatten(list(rec.wrap(val, node, device)), body.out_spec)
 
 
 def _tracer(rec, t):
