@@ -1,0 +1,99 @@
+"""Every control-flow error: a graphport ControlFlowError naming the line and a fix."""
+from __future__ import annotations
+
+import pytest
+import torch
+from functorch.experimental.control_flow import map as fmap
+
+import graphport as gp
+from graphport.errors import ControlFlowError
+
+
+def _export(fn, *args):
+    class M(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.register_buffer("buf", torch.zeros(3))
+
+        def forward(self, *a):
+            return fn(self, *a)
+    return gp.export(M(), args)
+
+
+def test_branches_returning_different_structures() -> None:
+    with pytest.raises(ControlFlowError, match="different structures") as e:
+        _export(lambda m, x: torch.cond(x.sum() > 0, lambda x: (x * 1, x + 1), lambda x: x * 2, (x,)), torch.randn(3))
+    assert "test_errors.py" in str(e.value) and e.value.fix and isinstance(e.value, RuntimeError)
+
+
+def test_branches_returning_different_dtypes() -> None:
+    with pytest.raises(ControlFlowError, match="float32.*int64|dtype") as e:
+        _export(lambda m, x: torch.cond(x.sum() > 0, lambda x: x + 1, lambda x: x.long(), (x,)), torch.randn(3))
+    assert "to(dtype)" in e.value.fix
+
+
+def test_branches_returning_different_sizes_names_both() -> None:
+    with pytest.raises(ControlFlowError, match="3 from the true branch, 2 from the false branch"):
+        _export(lambda m, x: torch.cond(x.sum() > 0, lambda x: x + 1, lambda x: x[:2] * 1, (x,)), torch.randn(3))
+
+
+def test_branch_writing_an_operand() -> None:
+    with pytest.raises(ControlFlowError, match="writes in place") as e:
+        _export(lambda m, x: torch.cond(x.sum() > 0, lambda x: x.add_(1) * 1, lambda x: x * 2, (x,)), torch.randn(3))
+    assert "x + 1" in e.value.fix
+
+
+def test_branch_writing_a_buffer() -> None:
+    def fn(m, x):
+        def true_fn(x):
+            m.buf.add_(1)
+            return x + m.buf
+        return torch.cond(x.sum() > 0, true_fn, lambda x: x * 2, (x,))
+    with pytest.raises(ControlFlowError, match="writes in place into b_buf"):
+        _export(fn, torch.randn(3))
+
+
+def test_branch_returning_an_input_says_to_clone() -> None:
+    with pytest.raises(ControlFlowError, match="alias") as e:
+        _export(lambda m, x: torch.cond(x.sum() > 0, lambda x: x, lambda x: x * 2, (x,)), torch.randn(3))
+    assert ".clone()" in e.value.fix
+
+
+def test_branch_returning_a_view_of_an_input() -> None:
+    with pytest.raises(ControlFlowError, match="a view of an input"):
+        _export(lambda m, x: torch.cond(x.sum() > 0, lambda x: x.view(3), lambda x: x * 2, (x,)), torch.randn(3))
+
+
+def test_predicate_that_is_not_a_bool_tensor() -> None:
+    with pytest.raises(ControlFlowError, match="bool tensor with one element"):
+        _export(lambda m, x: torch.cond(x.sum(), lambda x: x + 1, lambda x: x * 2, (x,)), torch.randn(3))
+
+
+def test_map_over_zero_length() -> None:
+    with pytest.raises(RuntimeError, match="cannot be 0|zero-length"):
+        _export(lambda m, xs: fmap(lambda x: x + 1, xs), torch.randn(0, 3))
+
+
+def test_python_bool_predicate_folds_with_torchs_warning() -> None:
+    with pytest.warns(UserWarning, match="Pred is a Python constant"):
+        ep = _export(lambda m, x: torch.cond(True, lambda x: x + 1, lambda x: x * 2, (x,)), torch.randn(3))
+    assert not [n for n in ep.graph.nodes if n.op == "get_attr"]
+    x = torch.randn(3)
+    assert torch.equal(ep.module()(x), x + 1)
+
+
+def test_guard_inside_a_branch_becomes_a_program_guard_with_its_line() -> None:
+    class M(torch.nn.Module):
+        def forward(self, x):
+            def true_fn(x):
+                if x.shape[0] > 2:     # a question on the input's size, asked inside the branch
+                    return x * 2
+                return x + 1
+            return torch.cond(x.sum() > 0, true_fn, lambda x: x - 1, (x,))
+    with pytest.raises(gp.errors.ConstraintViolationError, match="n > 2") as e:
+        gp.export(M(), (torch.randn(4),), dynamic_shapes={"x": {0: gp.Dim("n")}})
+    assert "in true_fn" in str(e.value) and "min=3" in str(e.value)
+    ep = gp.export(M(), (torch.randn(4),), dynamic_shapes={"x": {0: gp.Dim("n", min=3)}})
+    x = torch.rand(5) + 0.1
+    assert torch.equal(ep.module()(x), x * 2)
+    assert torch.equal(ep.module()(-x), -x - 1)
