@@ -97,3 +97,15 @@ def test_guard_inside_a_branch_becomes_a_program_guard_with_its_line() -> None:
     x = torch.rand(5) + 0.1
     assert torch.equal(ep.module()(x), x * 2)
     assert torch.equal(ep.module()(-x), -x - 1)
+
+
+def test_graphport_reexports_torchs_functions() -> None:
+    from functorch.experimental.control_flow import map as torch_map
+    assert gp.cond is torch.cond and gp.map is torch_map
+
+    class M(torch.nn.Module):
+        def forward(self, x):
+            return gp.cond(x.sum() > 0, lambda x: x + 1, lambda x: x - 1, (x,)) + gp.map(lambda r: r * 2, x)
+    ep = gp.export(M(), (torch.randn(3, 2),))
+    x = torch.rand(3, 2)
+    assert torch.equal(ep.module()(x), x + 1 + x * 2)
