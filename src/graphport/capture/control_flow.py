@@ -30,6 +30,8 @@ from .tracer import TracerTensor, describe
 pytree = _torch.pytree
 COND = torch.ops.higher_order.cond
 MAP = torch.ops.higher_order.map_impl
+WHILE_LOOP = torch.ops.higher_order.while_loop
+SCAN = torch.ops.higher_order.scan
 
 
 @dataclass
@@ -97,6 +99,96 @@ def capture_map(mode, fn: Callable, xs: list, args: list) -> Any:
     return pytree.tree_unflatten(list(rec.wrap(val, node, device)), body.out_spec)
 
 
+def capture_while_loop(mode, cond_fn: Callable, body_fn: Callable, carried: tuple, additional: tuple = ()) -> Any:
+    """The capture rule for torch.ops.higher_order.while_loop: the loop condition and body
+    each traced once on fresh values shaped like the carried ones (each iteration's are
+    new values, so the body must not see the initial ones), what they close over lifted."""
+    rec = mode.rec
+    carried = [_carried_tracer(rec, t, "while_loop") for t in carried]
+    additional = [_tracer(rec, t) if isinstance(t, torch.Tensor) else t for t in additional]
+    outer = [rec.graph_arg(t) for t in carried] + [rec.graph_arg(a) for a in additional]
+
+    def fresh():
+        return [TracerTensor(_copy_meta(t.gp_meta), t.device, rec.graph_arg(t).name) for t in carried] + additional
+    call = lambda f, inner: f(*inner)   # noqa: E731
+    condition = trace_subgraph(mode, "while_loop condition", cond_fn, fresh(), outer, call, bare_output=True)
+    body = trace_subgraph(mode, "while_loop body", body_fn, fresh(), outer, call)
+    if len(condition.outputs) != 1 or condition.outputs[0].dtype != torch.bool \
+            or condition.outputs[0].gp_meta.numel() != 1:
+        raise ControlFlowError(
+            f"the while_loop condition ({condition.where}) must return one bool tensor with one element, got "
+            f"{', '.join(describe(t) for t in condition.outputs) or 'nothing'}",
+            fix="return a comparison: `lambda i, x: i < 10` with i a tensor")
+    _check_carried(rec, body, carried, "while_loop body")
+    lifted = _lifted_union([condition, body])
+    cond_attr = _attach(rec, "while_loop_cond_graph", finish_subgraph(condition, lifted, rec.user_calls))
+    body_attr = _attach(rec, "while_loop_body_graph", finish_subgraph(body, lifted, rec.user_calls))
+    val = tuple(_copy_meta(t.gp_meta) for t in carried)
+    node = rec.node(WHILE_LOOP, (cond_attr, body_attr, tuple(outer[:len(carried)]),
+                                 tuple(outer[len(carried):]) + tuple(lifted)), {}, val)
+    _finish_node(rec, node, (cond_attr, body_attr))
+    return tuple(rec.wrap(val, node, carried[0].device if carried else torch.device("cpu")))
+
+
+def capture_scan(mode, combine_fn: Callable, init: list, xs: list, additional: tuple = ()) -> Any:
+    """The capture rule for torch.ops.higher_order.scan: `combine_fn` traced once on fresh
+    carries shaped like `init` and one slice of each scanned tensor; it returns the new
+    carries, then per-step outputs that are stacked along a new first dimension."""
+    rec = mode.rec
+    init = [_carried_tracer(rec, t, "scan") for t in init]
+    xs = [_tracer(rec, t) for t in xs]
+    additional = [_tracer(rec, t) if isinstance(t, torch.Tensor) else t for t in additional]
+    outer = [rec.graph_arg(t) for t in init + xs] + [rec.graph_arg(a) for a in additional]
+    inner = ([TracerTensor(_copy_meta(t.gp_meta), t.device, rec.graph_arg(t).name) for t in init]
+             + [TracerTensor(_slice_meta(t), t.device, rec.graph_arg(t).name) for t in xs] + additional)
+    body = trace_subgraph(mode, "scan combine_fn", combine_fn, inner, outer, lambda f, args: f(*args))
+    _check_carried(rec, body, init, "scan combine_fn")
+    lifted = list(body.lifted)
+    attr = _attach(rec, "scan_combine_graph", finish_subgraph(body, lifted, rec.user_calls))
+    length = xs[0].shape[0]
+    val = tuple(_copy_meta(t.gp_meta) for t in init) + tuple(
+        torch.empty((length, *t.shape), dtype=t.dtype, device="meta") for t in body.outputs[len(init):])
+    node = rec.node(SCAN, (attr, outer[:len(init)], outer[len(init):len(init) + len(xs)],
+                           tuple(outer[len(init) + len(xs):]) + tuple(lifted)), {}, val)
+    _finish_node(rec, node, (attr,))
+    outs = rec.wrap(val, node, init[0].device)
+    return pytree.tree_unflatten(list(outs), body.out_spec)
+
+
+def _finish_node(rec, node: fx.Node, attrs: tuple) -> None:
+    rec.user_calls.add(node)
+    for attr in attrs:
+        attr.meta.update({k: v for k, v in node.meta.items() if k in ("gp_stack", "nn_module_stack")})
+
+
+def _carried_tracer(rec, t, what: str) -> TracerTensor:
+    if not isinstance(t, torch.Tensor):
+        raise ControlFlowError(
+            f"{what} carries a {type(t).__qualname__} ({t!r}); graphport captures carried tensors only",
+            fix="carry a tensor instead: torch.tensor(value)")
+    return _tracer(rec, t)
+
+
+def _check_carried(rec, body: Subgraph, carried: list, what: str) -> None:
+    """The body returns a new value for each carried one, of the same dtype and shape."""
+    if len(body.outputs) < len(carried):
+        raise ControlFlowError(
+            f"the {what} ({body.where}) returns {len(body.outputs)} tensors for {len(carried)} carried values",
+            fix="return one new value for every carried value, in the same order")
+    for i, (new, old) in enumerate(zip(body.outputs, carried)):
+        if new.dtype != old.dtype or new.dim() != old.dim() \
+                or not all(_same_size(rec, a, b) for a, b in zip(new.shape, old.shape)):
+            raise ControlFlowError(
+                f"the {what} ({body.where}) changes carried value {i} from {describe(old)} to {describe(new)}; "
+                "a loop must carry values of one shape and dtype",
+                fix="keep each carried value's shape and dtype (convert with .to(dtype), pad or slice to the "
+                    "carried shape), or collect growing results outside the loop")
+
+
+def _copy_meta(meta: torch.Tensor) -> torch.Tensor:
+    return torch.empty_strided(meta.shape, meta.stride(), dtype=meta.dtype, device="meta")
+
+
 def _tracer(rec, t):
     return t if isinstance(t, TracerTensor) else rec.constant(t)
 
@@ -121,10 +213,12 @@ def _predicate(rec, pred) -> Any:
     return bool(pred)
 
 
-def trace_subgraph(mode, role: str, fn: Callable, inner: list, outer: list, call: Callable[[list], Any]) -> Subgraph:
+def trace_subgraph(mode, role: str, fn: Callable, inner: list, outer: list, call: Callable[[list], Any],
+                   bare_output: bool = False) -> Subgraph:
     """Run `call(fn, inner)` in a child scope whose placeholders stand for `inner` (named
     after the `outer` graph values); refuse writes to outer values and outputs that alias
-    inputs."""
+    inputs. `bare_output`: the graph returns its one output itself, not in a tuple (a
+    while_loop condition, as torch's operator expects)."""
     rec = mode.rec
     where = _describe_fn(fn)
     with rec.child_scope() as scope:
@@ -146,7 +240,8 @@ def trace_subgraph(mode, role: str, fn: Callable, inner: list, outer: list, call
                                                "from the operands, or compute it outside the branch)")
         _refuse_writes(scope, role, where)
         _refuse_aliases(scope, flat_out, role, where)
-        scope.graph.output(tuple(rec.output_value(t) for t in flat_out))
+        values = tuple(rec.output_value(t) for t in flat_out)
+        scope.graph.output(values[0] if bare_output and len(values) == 1 else values)
     lifted = {scope.lifted_from[ph]: ph for _, ph in scope.lifted}
     return Subgraph(role, where, scope, placeholders, lifted, flat_out, out_spec)
 

@@ -5,7 +5,7 @@ from typing import Any, Callable
 
 import torch
 
-from .control_flow import capture_cond, capture_map
+from .control_flow import capture_cond, capture_map, capture_scan, capture_while_loop
 from .tracer import TracerTensor
 
 aten = torch.ops.aten
@@ -53,4 +53,5 @@ SPECIAL: dict[Any, Callable] = {
 }
 
 
-HIGHER_ORDER: dict[str, Callable] = {"cond": capture_cond, "map_impl": capture_map}
+HIGHER_ORDER: dict[str, Callable] = {"cond": capture_cond, "map_impl": capture_map,
+                                      "while_loop": capture_while_loop, "scan": capture_scan}
