@@ -8,6 +8,8 @@ from typing import Any, Callable
 import torch
 from functorch.experimental.control_flow import map as fmap
 from torch import cond as cond_from_torch
+from torch._higher_order_ops.scan import scan
+from torch._higher_order_ops.while_loop import while_loop
 
 Dim = torch.export.Dim
 
@@ -173,6 +175,43 @@ class MapMultipleXs(torch.nn.Module):
         return fmap(lambda xy: (xy[0] + xy[1], xy[0] * xy[1]), [xs, ys])
 
 
+class WhileCounter(torch.nn.Module):
+    """Runs the body as many times as the counter input says: the trip count is data."""
+
+    def __init__(self):
+        super().__init__()
+        self.w = torch.nn.Parameter(torch.randn(4))
+
+    def forward(self, it, x):
+        return while_loop(lambda i, x: i < 5, lambda i, x: (i + 1, x * self.w + 1), (it, x))
+
+
+class WhileUntilSmall(torch.nn.Module):
+    def forward(self, x):
+        return while_loop(lambda x: x.abs().max() > 1, lambda x: (x / 2,), (x,))
+
+
+class ScanCumulative(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.w = torch.nn.Parameter(torch.randn(4))
+
+    def forward(self, init, xs):
+        def combine(carry, x):
+            new = carry * 0.5 + x * self.w
+            return new, new.sin()
+        return scan(combine, init, xs)
+
+
+class ScanTreesInCond(torch.nn.Module):
+    def forward(self, xs):
+        def combine(carry, x):
+            total = carry["sum"] + x
+            return {"sum": total}, (total * 2, x.max())
+        return torch.cond(xs.sum() > 0, lambda xs: scan(combine, {"sum": xs[0] * 0}, xs)[1][0],
+                          lambda xs: xs.cos(), (xs,))
+
+
 class Expert(torch.nn.Module):
     def __init__(self, d):
         super().__init__()
@@ -256,6 +295,13 @@ CASES = [
          [(r(1, 3),), (r(6, 3),), (pos(2, 3),), (neg(2, 3),)]),
     Case("map_inside_cond", MapInsideCond, (r(3, 4),), None, [(pos(3, 4),), (neg(3, 4),)]),
     Case("map_multiple_xs", MapMultipleXs, (r(3, 2), r(3, 2)), None, [(r(3, 2), r(3, 2))]),
+    Case("while_loop_trip_counts", WhileCounter, (torch.tensor(0), r(3, 4)), {"it": None, "x": {0: Dim("b")}},
+         [(torch.tensor(5), r(2, 4)), (torch.tensor(4), r(1, 4)), (torch.tensor(-3), r(6, 4)), (torch.tensor(9), r(0, 4))]),
+    Case("while_until_small", WhileUntilSmall, (r(3) * 10,), {"x": {0: Dim("n", min=1)}},
+         [(r(5) * 1000,), (r(2) * 0.1,), (r(1) * 3,)]),
+    Case("scan_cumulative", ScanCumulative, (r(4), r(5, 4)), {"init": None, "xs": {0: Dim("n", min=1)}},
+         [(r(4), r(1, 4)), (r(4), r(9, 4))]),
+    Case("scan_trees_inside_cond", ScanTreesInCond, (r(4, 3),), None, [(pos(4, 3),), (neg(4, 3),)]),
     Case("mixture_of_experts", MixtureOfExperts, (r(5, 8),), {"x": {0: Dim("tokens", min=2)}},
          [(r(9, 8),), (r(2, 8),), (r(16, 8),)]),
     Case("early_exit_classifier", EarlyExit, (r(2, 8),), {"x": {0: Dim("b", min=2)}},

@@ -101,7 +101,9 @@ def test_guard_inside_a_branch_becomes_a_program_guard_with_its_line() -> None:
 
 def test_graphport_reexports_torchs_functions() -> None:
     from functorch.experimental.control_flow import map as torch_map
-    assert gp.cond is torch.cond and gp.map is torch_map
+    from torch._higher_order_ops.scan import scan
+    from torch._higher_order_ops.while_loop import while_loop
+    assert gp.cond is torch.cond and gp.map is torch_map and gp.while_loop is while_loop and gp.scan is scan
 
     class M(torch.nn.Module):
         def forward(self, x):
@@ -109,3 +111,46 @@ def test_graphport_reexports_torchs_functions() -> None:
     ep = gp.export(M(), (torch.randn(3, 2),))
     x = torch.rand(3, 2)
     assert torch.equal(ep.module()(x), x + 1 + x * 2)
+
+
+def test_while_loop_body_changing_a_carried_shape() -> None:
+    with pytest.raises(ControlFlowError, match="changes carried value 1 from float32\\[3\\] to float32\\[6\\]") as e:
+        _export(lambda m, i, x: gp.while_loop(lambda i, x: i < 3, lambda i, x: (i + 1, torch.cat([x, x])), (i, x)),
+                torch.tensor(0), torch.randn(3))
+    assert "test_errors.py" in str(e.value) and "shape and dtype" in e.value.fix
+
+
+def test_while_loop_body_changing_a_carried_dtype() -> None:
+    with pytest.raises(ControlFlowError, match="changes carried value 0 from int64\\[\\] to float32\\[\\]"):
+        _export(lambda m, i, x: gp.while_loop(lambda i, x: i < 3, lambda i, x: (i + 0.5, x + 1), (i, x)),
+                torch.tensor(0), torch.randn(3))
+
+
+def test_while_loop_condition_that_is_not_a_bool() -> None:
+    with pytest.raises(ControlFlowError, match="one bool tensor"):
+        _export(lambda m, i, x: gp.while_loop(lambda i, x: i * 2, lambda i, x: (i + 1, x + 1), (i, x)),
+                torch.tensor(0), torch.randn(3))
+
+
+def test_while_loop_body_writing_a_buffer() -> None:
+    def fn(m, i, x):
+        def body(i, x):
+            m.buf.add_(1)
+            return i + 1, x + m.buf
+        return gp.while_loop(lambda i, x: i < 3, body, (i, x))
+    with pytest.raises(ControlFlowError, match="writes in place into b_buf"):
+        _export(fn, torch.tensor(0), torch.randn(3))
+
+
+def test_scan_changing_the_carry_shape() -> None:
+    with pytest.raises(ControlFlowError, match="scan combine_fn .* changes carried value 0"):
+        _export(lambda m, init, xs: gp.scan(lambda c, x: (c.sum(0), x * 2), init, xs), torch.zeros(3), torch.randn(4, 3))
+
+
+def test_while_loop_closure_reads_the_initial_value_not_the_carried_one() -> None:
+    """A body closing over a tensor that is also carried sees the tensor as it was outside."""
+    def fn(m, i, x):
+        return gp.while_loop(lambda i, y: i < 3, lambda i, y: (i + 1, y + x), (i, x))
+    ep = _export(fn, torch.tensor(0), torch.ones(3))
+    i, y = ep.module()(torch.tensor(0), torch.ones(3))
+    assert int(i) == 3 and torch.equal(y, torch.full((3,), 4.0))

@@ -339,6 +339,7 @@ def finish_subgraph(sub: Subgraph, lifted: list[fx.Node], user_calls: set[fx.Nod
         order.append(ph)
     for ph in order:
         first.prepend(ph)
+        ph.target = ph.name   # the argument's name: unique even where two stand for one outer value
     eliminate_dead_code(graph, user_calls)
     for node in graph.nodes:
         stack = node.meta.pop("gp_stack", None)
