@@ -367,6 +367,8 @@ def subgraph_owner(modules: dict[str, fx.GraphModule]) -> torch.nn.Module:
 
 def attach_subgraphs(graph: fx.Graph, modules: dict[str, fx.GraphModule]) -> None:
     """Give a captured graph an owning module holding its subgraphs, so passes that compare
-    graphs can reach them from `get_attr` nodes (node.graph.owning_module)."""
+    graphs reach them from `get_attr` nodes (node.graph.owning_module), and export builds
+    the program's GraphModule from it. A plain module: generating the graph's code here
+    would be wasted on every re-trace that is only compared."""
     if modules:
-        fx.GraphModule(subgraph_owner(modules), graph, class_name="GraphModule")
+        graph.owning_module = subgraph_owner(modules)

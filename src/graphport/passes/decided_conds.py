@@ -30,7 +30,7 @@ def inline_decided_conds(graph: fx.Graph, pins: dict) -> fx.Graph:
     out = fx.Graph()
     env: dict[fx.Node, Any] = {}
     out.output(_copy_into(graph, out, owner, env, pins))
-    fx.GraphModule(owner, out, class_name="GraphModule")   # owns the subgraphs its get_attr nodes reach
+    out.owning_module = owner   # holds the subgraphs its get_attr nodes reach
     return out
 
 
