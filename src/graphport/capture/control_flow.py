@@ -62,8 +62,8 @@ def capture_cond(mode, pred, true_fn: Callable, false_fn: Callable, operands=(),
     false = trace_subgraph(mode, "false branch", false_fn, flat, outer, call)
     _check_branches_agree(rec, true, false)
     lifted = _lifted_union([true, false])
-    true_attr = _attach(rec, "true_graph", finish_subgraph(true, lifted, rec.user_calls))
-    false_attr = _attach(rec, "false_graph", finish_subgraph(false, lifted, rec.user_calls))
+    true_attr = _attach(rec, "true_graph", finish_subgraph(true, lifted, rec))
+    false_attr = _attach(rec, "false_graph", finish_subgraph(false, lifted, rec))
     val = tuple(t.gp_meta for t in true.outputs)
     node = rec.node(COND, (pred_arg, true_attr, false_attr, tuple(outer) + tuple(lifted)), {}, val)
     rec.user_calls.add(node)
@@ -89,7 +89,7 @@ def capture_map(mode, fn: Callable, xs: list, args: list) -> Any:
     slices = [TracerTensor(_slice_meta(t), t.device, rec.graph_arg(t).name) for t in xs]
     outer = [rec.graph_arg(t) for t in xs] + [rec.graph_arg(a) for a in args]
     body = trace_subgraph(mode, "map body", fn, slices + args, outer, lambda f, inner: f(*inner))
-    attr = _attach(rec, "body_graph", finish_subgraph(body, list(body.lifted), rec.user_calls))
+    attr = _attach(rec, "body_graph", finish_subgraph(body, list(body.lifted), rec))
     val = tuple(torch.empty((length, *t.shape), dtype=t.dtype, device="meta") for t in body.outputs)
     lifted = list(body.lifted)
     node = rec.node(MAP, (attr, outer[:len(xs)], outer[len(xs):] + lifted), {}, val)
@@ -121,8 +121,8 @@ def capture_while_loop(mode, cond_fn: Callable, body_fn: Callable, carried: tupl
             fix="return a comparison: `lambda i, x: i < 10` with i a tensor")
     _check_carried(rec, body, carried, "while_loop body")
     lifted = _lifted_union([condition, body])
-    cond_attr = _attach(rec, "while_loop_cond_graph", finish_subgraph(condition, lifted, rec.user_calls))
-    body_attr = _attach(rec, "while_loop_body_graph", finish_subgraph(body, lifted, rec.user_calls))
+    cond_attr = _attach(rec, "while_loop_cond_graph", finish_subgraph(condition, lifted, rec))
+    body_attr = _attach(rec, "while_loop_body_graph", finish_subgraph(body, lifted, rec))
     val = tuple(_copy_meta(t.gp_meta) for t in carried)
     node = rec.node(WHILE_LOOP, (cond_attr, body_attr, tuple(outer[:len(carried)]),
                                  tuple(outer[len(carried):]) + tuple(lifted)), {}, val)
@@ -144,7 +144,7 @@ def capture_scan(mode, combine_fn: Callable, init: list, xs: list, additional: t
     body = trace_subgraph(mode, "scan combine_fn", combine_fn, inner, outer, lambda f, args: f(*args))
     _check_carried(rec, body, init, "scan combine_fn")
     lifted = list(body.lifted)
-    attr = _attach(rec, "scan_combine_graph", finish_subgraph(body, lifted, rec.user_calls))
+    attr = _attach(rec, "scan_combine_graph", finish_subgraph(body, lifted, rec))
     length = xs[0].shape[0]
     val = tuple(_copy_meta(t.gp_meta) for t in init) + tuple(
         torch.empty((length, *t.shape), dtype=t.dtype, device="meta") for t in body.outputs[len(init):])
@@ -322,10 +322,12 @@ def _lifted_union(subgraphs: list[Subgraph]) -> list[fx.Node]:
     return list(seen)
 
 
-def finish_subgraph(sub: Subgraph, lifted: list[fx.Node], user_calls: set[fx.Node]) -> fx.GraphModule:
+def finish_subgraph(sub: Subgraph, lifted: list[fx.Node], rec) -> torch.nn.Module:
     """The subgraph as a module: placeholders operands then `lifted` (one for each, used
     or not, so all subgraphs of a node take the same arguments), source locations in
-    torch's format, values capture made for itself and nobody uses removed."""
+    torch's format, values capture made for itself and nobody uses removed. A trace made
+    without source locations is only compared (small-size proofs), never run: its subgraph
+    is a module holding the graph, without the GraphModule's generated code."""
     from ..passes.dead_code import eliminate_dead_code
     graph = sub.scope.graph
     first = next((n for n in graph.nodes if n.op != "placeholder"), None)
@@ -340,15 +342,20 @@ def finish_subgraph(sub: Subgraph, lifted: list[fx.Node], user_calls: set[fx.Nod
     for ph in order:
         first.prepend(ph)
         ph.target = ph.name   # the argument's name: unique even where two stand for one outer value
-    eliminate_dead_code(graph, user_calls)
+    eliminate_dead_code(graph, rec.user_calls)
     for node in graph.nodes:
         stack = node.meta.pop("gp_stack", None)
         if stack is not None:
             node.meta["stack_trace"] = format_stack_trace(stack)
+    if not rec.locations:
+        holder = subgraph_owner(sub.scope.modules)
+        holder.graph = graph
+        graph.owning_module = holder
+        return holder
     return fx.GraphModule(subgraph_owner(sub.scope.modules), graph, class_name="GraphModule")
 
 
-def _attach(rec, prefix: str, module: fx.GraphModule) -> fx.Node:
+def _attach(rec, prefix: str, module: torch.nn.Module) -> fx.Node:
     """`module` as the next free `<prefix>_<n>` attribute of the recording scope's graph."""
     scope = rec.scope
     n = sum(name.startswith(prefix + "_") for name in scope.modules)
@@ -357,7 +364,7 @@ def _attach(rec, prefix: str, module: fx.GraphModule) -> fx.Node:
     return scope.graph.get_attr(name)
 
 
-def subgraph_owner(modules: dict[str, fx.GraphModule]) -> torch.nn.Module:
+def subgraph_owner(modules: dict[str, torch.nn.Module]) -> torch.nn.Module:
     """A module holding subgraphs as attributes, for fx.GraphModule to copy them from."""
     owner = torch.nn.Module()
     for name, module in modules.items():

@@ -23,7 +23,7 @@ class Scope:
         self.sizes: dict[sympy.Basic, fx.Node] = {}              # size expression -> its node here
         self.lifted: list[tuple[Any, fx.Node]] = []               # (outer value, placeholder), in order
         self.lifted_from: dict[fx.Node, fx.Node] = {}             # placeholder -> the parent's node it stands for
-        self.modules: dict[str, fx.GraphModule] = {}              # subgraphs (cond branches, bodies) by attribute
+        self.modules: dict[str, Any] = {}                         # subgraph modules (cond branches, bodies) by attribute
 
     def bind(self, tensor, node: fx.Node, version: int) -> None:
         self._values[id(tensor)] = (tensor, node, version)

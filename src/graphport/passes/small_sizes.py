@@ -267,7 +267,7 @@ def _match_subgraphs(graph: fx.Graph, pinned: fx.Graph, match: _Correspondence, 
     for a, b in zip(ours, theirs):
         sub_a = getattr(graph.owning_module, a.target, None)
         sub_b = getattr(pinned.owning_module, b.target, None)
-        if isinstance(sub_a, fx.GraphModule) and isinstance(sub_b, fx.GraphModule) \
+        if isinstance(getattr(sub_a, "graph", None), fx.Graph) and isinstance(getattr(sub_b, "graph", None), fx.Graph) \
                 and compare(sub_a.graph, sub_b.graph, pins, positional=True) is None:
             match.ours[a] = b
 
