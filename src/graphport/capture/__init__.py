@@ -6,6 +6,7 @@
     scope.py         graphs being recorded, and what each value is in them
     recorder.py      graph values, metadata, and the functional form of writes
     mode.py          the dispatch mode that sees every ATen call (rules.py: special ops)
+    control_flow.py  cond / map / while_loop / scan: branches and bodies traced as subgraphs
     sizes.py         symbolic sizes as graph values
     outputs.py       the output node and the signature
 """

@@ -1,14 +1,18 @@
-"""Control flow: torch.cond captured as one higher-order node whose branches are subgraphs.
+"""Control flow: cond, map, while_loop and scan captured as one higher-order node each,
+whose branches or bodies are subgraphs.
 
-Each branch is traced in a child scope of the scope recording the call (scope.py): the
+Each branch or body is traced in a child scope of the scope recording the call (scope.py): the
 operands become the child graph's first placeholders, and what the branch closes over
 (parameters, buffers, outer tensors, sizes) is lifted in as further placeholders as it is
 used. The node passes the operands, then every lifted value (the true branch's first, in
 the order used), which is how torch.export lays a cond out; both branches take the same
 placeholders. The branches are checked against each other (output structure, dtype, rank,
 sizes), for writes to anything they did not create, and for outputs that alias an input.
-Each becomes a GraphModule attribute (`true_graph_0`, `false_graph_0`) of the graph that
-holds the call, reached by `get_attr`, so nested conds nest their modules.
+Each becomes a GraphModule attribute (`true_graph_0`, `false_graph_0`, `body_graph_0`, ...)
+of the graph that holds the call, reached by `get_attr`, so nested conds nest their modules.
+Loop bodies (map, while_loop, scan) see fresh placeholders for what changes per iteration
+(slices, carried values), so a closure over the initial tensor still reads the initial one;
+values carried around a loop must keep their shape and dtype.
 """
 from __future__ import annotations
 
@@ -46,7 +50,7 @@ class Subgraph:
     out_spec: Any
 
 
-def capture_cond(mode, pred, true_fn: Callable, false_fn: Callable, operands=(), *rest) -> Any:
+def capture_cond(mode, pred, true_fn: Callable, false_fn: Callable, operands=()) -> Any:
     """The capture rule for torch.ops.higher_order.cond."""
     rec = mode.rec
     pred_arg = _predicate(rec, pred)
@@ -54,8 +58,9 @@ def capture_cond(mode, pred, true_fn: Callable, false_fn: Callable, operands=(),
         with mode:
             return (true_fn if pred_arg else false_fn)(*operands)
     flat, spec = pytree.tree_flatten(tuple(operands))
-    flat = [rec.constant(t) if isinstance(t, torch.Tensor) and not isinstance(t, TracerTensor) else t for t in flat]
+    flat = [_tracer(rec, t) if isinstance(t, torch.Tensor) else t for t in flat]
     outer = [rec.graph_arg(t) for t in flat]
+
     def call(fn, inner):
         return fn(*pytree.tree_unflatten(list(inner), spec))
     true = trace_subgraph(mode, "true branch", true_fn, flat, outer, call)
@@ -66,9 +71,7 @@ def capture_cond(mode, pred, true_fn: Callable, false_fn: Callable, operands=(),
     false_attr = _attach(rec, "false_graph", finish_subgraph(false, lifted, rec))
     val = tuple(t.gp_meta for t in true.outputs)
     node = rec.node(COND, (pred_arg, true_attr, false_attr, tuple(outer) + tuple(lifted)), {}, val)
-    rec.user_calls.add(node)
-    for attr in (true_attr, false_attr):
-        attr.meta.update({k: v for k, v in node.meta.items() if k in ("gp_stack", "nn_module_stack")})
+    _finish_node(rec, node, (true_attr, false_attr))
     device = true.outputs[0].device if true.outputs else torch.device("cpu")
     outs = rec.wrap(val, node, device)
     return pytree.tree_unflatten(list(outs), true.out_spec)
@@ -93,8 +96,7 @@ def capture_map(mode, fn: Callable, xs: list, args: list) -> Any:
     val = tuple(torch.empty((length, *t.shape), dtype=t.dtype, device="meta") for t in body.outputs)
     lifted = list(body.lifted)
     node = rec.node(MAP, (attr, outer[:len(xs)], outer[len(xs):] + lifted), {}, val)
-    rec.user_calls.add(node)
-    attr.meta.update({k: v for k, v in node.meta.items() if k in ("gp_stack", "nn_module_stack")})
+    _finish_node(rec, node, (attr,))
     device = body.outputs[0].device if body.outputs else xs[0].device
     return pytree.tree_unflatten(list(rec.wrap(val, node, device)), body.out_spec)
 
@@ -203,11 +205,12 @@ def _predicate(rec, pred) -> Any:
     """The predicate as a graph value: a bool tensor's node, a size comparison's node, or
     the bool the sizes settle it to."""
     if isinstance(pred, torch.Tensor):
+        pred = _tracer(rec, pred)
         if pred.dtype != torch.bool or pred.gp_meta.numel() != 1:
             raise ControlFlowError(
                 f"torch.cond's predicate is a {describe(pred)} tensor; it must be a bool tensor with one element",
                 fix="compare to make the predicate: torch.cond(x.sum() > 0, ...), or reduce it with .any() / .all()")
-        return rec.value(pred if isinstance(pred, TracerTensor) else rec.constant(pred))
+        return rec.value(pred)
     if is_sym(pred):
         return rec.sym_value(pred)
     return bool(pred)
