@@ -154,3 +154,17 @@ def test_while_loop_closure_reads_the_initial_value_not_the_carried_one() -> Non
     ep = _export(fn, torch.tensor(0), torch.ones(3))
     i, y = ep.module()(torch.tensor(0), torch.ones(3))
     assert int(i) == 3 and torch.equal(y, torch.full((3,), 4.0))
+
+
+def test_branch_returning_one_tensor_twice() -> None:
+    with pytest.raises(ControlFlowError, match="share memory") as e:
+        _export(lambda m, x: torch.cond(x.sum() > 0, lambda x: (x + 1,) * 2, lambda x: (x * 2, x * 3), (x,)),
+                torch.randn(3))
+    assert ".clone()" in e.value.fix
+
+
+def test_branches_returning_different_layouts() -> None:
+    with pytest.raises(ControlFlowError, match="different memory layouts") as e:
+        _export(lambda m, x: torch.cond(x.sum() > 0, lambda x: x.t() * 2, lambda x: x.t().contiguous() * 3, (x,)),
+                torch.randn(3, 4))
+    assert ".contiguous()" in e.value.fix

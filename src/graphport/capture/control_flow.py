@@ -66,6 +66,7 @@ def capture_cond(mode, pred, true_fn: Callable, false_fn: Callable, operands=())
     true = trace_subgraph(mode, "true branch", true_fn, flat, outer, call)
     false = trace_subgraph(mode, "false branch", false_fn, flat, outer, call)
     _check_branches_agree(rec, true, false)
+    _check_layouts_agree(rec, true, false)
     lifted = _lifted_union([true, false])
     true_attr = _attach(rec, "true_graph", finish_subgraph(true, lifted, rec))
     false_attr = _attach(rec, "false_graph", finish_subgraph(false, lifted, rec))
@@ -280,6 +281,28 @@ def _refuse_aliases(scope: Scope, outputs: list[TracerTensor], role: str, where:
                 f"at output {i} ({root.gp_label}), not a new tensor; branch outputs must not alias their inputs",
                 fix=f"return a copy: `{root.gp_label}.clone()`" if root is t else
                     "return a copy of the view: `....clone()`")
+    seen: dict[int, int] = {}
+    for i, t in enumerate(outputs):   # two outputs sharing memory: a later write to one would miss the other
+        root = t.gp_base if t.gp_base is not None else t
+        if id(root) in seen:
+            raise ControlFlowError(
+                f"the {role} ({where}) returns outputs {seen[id(root)]} and {i} that share memory (the same tensor "
+                "or views of one); outputs of a branch or body must be distinct tensors",
+                fix=f"return a copy for one of them: `out{i}.clone()`")
+        seen[id(root)] = i
+
+
+def _check_layouts_agree(rec, true: Subgraph, false: Subgraph) -> None:
+    """Code after the cond is captured with the true branch's strides (they decide later
+    view-or-copy choices); the false branch must give the same layout, or a view the
+    capture chose could fail on its output at run time."""
+    for i, (a, b) in enumerate(zip(true.outputs, false.outputs)):
+        for d, (sa, sb, size) in enumerate(zip(a.stride(), b.stride(), a.shape)):
+            if not _same_size(rec, size, 1) and not _same_size(rec, sa, sb):
+                raise ControlFlowError(
+                    f"torch.cond's branches return output {i} with different memory layouts: strides "
+                    f"{list(a.stride())} from the {true.role}, {list(b.stride())} from the {false.role}",
+                    fix=f"make output {i} contiguous in both branches: `return out.contiguous()`")
 
 
 def _check_branches_agree(rec, true: Subgraph, false: Subgraph) -> None:
