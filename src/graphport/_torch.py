@@ -12,6 +12,8 @@ import warnings
 
 import torch
 from torch._dispatch.python import enable_python_dispatcher
+from torch._higher_order_ops.scan import scan
+from torch._higher_order_ops.while_loop import while_loop
 from torch.utils import _pytree as pytree
 from torch.utils._python_dispatch import TorchDispatchMode
 
@@ -31,7 +33,8 @@ make_wrapper_subclass = torch.Tensor._make_wrapper_subclass
 __all__ = ["OpOverload", "HigherOrderOperator", "TorchDispatchMode", "enable_python_dispatcher", "pytree",
            "below_autograd", "make_wrapper_subclass", "disabled_torch_function_impl", "has_kernel",
            "is_composite_implicit", "has_meta_kernel", "higher_order_operators", "compiler_flags",
-           "set_compiler_flags", "hop_entry_module", "decomposition_table", "python_reference"]
+           "set_compiler_flags", "hop_entry_module", "decomposition_table", "python_reference", "while_loop",
+           "scan"]
 
 _CIA = torch._C.DispatchKey.CompositeImplicitAutograd
 _META_CAPABLE = (torch._C.DispatchKey.Meta, torch._C.DispatchKey.CompositeExplicitAutograd,

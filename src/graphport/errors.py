@@ -101,6 +101,12 @@ class ConstraintViolationError(UserError):
     """The program's shape logic contradicts the user's dynamic_shapes spec."""
 
 
+class ControlFlowError(UserError):
+    """A torch.cond / map / while_loop / scan whose branches or body cannot be captured as
+    written: branches that disagree, a body that writes to its inputs or returns one of them.
+    A RuntimeError, as torch.export's (UncapturedHigherOrderOpError, UserError) are."""
+
+
 class InternalError(GraphportError, RuntimeError):
     """graphport broke its own IR contract: a bug in graphport, not in the user's program.
     A RuntimeError but not a UserError."""

@@ -60,7 +60,7 @@ def export(mod: torch.nn.Module | Callable, args: tuple, kwargs: dict | None = N
     if root is not None:
         call_graph += [ModuleCallEntry(name) for name, _ in root.named_modules() if name]
     ep = ExportedProgram(
-        fx.GraphModule(torch.nn.Module(), captured.graph, class_name="GraphModule"),
+        fx.GraphModule(captured.graph.owning_module or torch.nn.Module(), captured.graph, class_name="GraphModule"),
         captured.signature, captured.state_dict,
         range_constraints=contract.range_constraints() if contract is not None else {},
         module_call_graph=call_graph, example_inputs=(args, kwargs), constants=captured.constants,
@@ -73,7 +73,9 @@ def export(mod: torch.nn.Module | Callable, args: tuple, kwargs: dict | None = N
 def _shape_contract(shapes: InputShapes, captured: Captured, trace: Callable) -> ShapeContract:
     """Check the guards against the spec, prove the small sizes, and write the contract."""
     def retrace(pinned: InputShapes, locations: bool = True):
-        again = trace(pinned, locations)
+        with warnings.catch_warnings():   # a size predicate is a Python bool there: torch.cond warns, for nothing
+            warnings.filterwarnings("ignore", message="Pred is a Python constant")
+            again = trace(pinned, locations)
         return again.graph, again.constants
     report = prove_small_sizes(retrace, shapes, captured.graph, captured.constants)
     # A size where the program computes something else than at the example breaks the

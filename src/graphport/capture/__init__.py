@@ -6,6 +6,7 @@
     scope.py         graphs being recorded, and what each value is in them
     recorder.py      graph values, metadata, and the functional form of writes
     mode.py          the dispatch mode that sees every ATen call (rules.py: special ops)
+    control_flow.py  cond / map / while_loop / scan: branches and bodies traced as subgraphs
     sizes.py         symbolic sizes as graph values
     outputs.py       the output node and the signature
 """
@@ -24,6 +25,7 @@ from ..ops.policy import EXPORT_DEFAULT, DispatchPolicy
 from ..shapes.spec import InputShapes
 from ..signature import ExportGraphSignature
 from ..source import SourceLocation
+from .control_flow import attach_subgraphs
 from .environment import ModuleSnapshot, capture_environment
 from .inputs import argument_names, input_paths, trace_inputs
 from .mode import CaptureMode
@@ -73,6 +75,7 @@ def capture(fn: Callable, args: tuple, kwargs: dict, root: torch.nn.Module | Non
         rec.module_stack.clear()
         # still inside the environment: size arithmetic needs torch's Python meta kernels
         signature, out_spec = finish_graph(rec, out, inputs, state, _definition_site(fn))
+    attach_subgraphs(rec.graph, rec.root.modules)
     return Captured(
         graph=rec.graph,
         signature=signature,

@@ -5,7 +5,7 @@ from typing import Any, Callable
 
 import torch
 
-from ..errors import UnsupportedFeatureError
+from .control_flow import capture_cond, capture_map, capture_scan, capture_while_loop
 from .tracer import TracerTensor
 
 aten = torch.ops.aten
@@ -53,15 +53,5 @@ SPECIAL: dict[Any, Callable] = {
 }
 
 
-def _cond(mode, pred, true_fn, false_fn, operands=(), *rest):
-    """torch.cond: a Python or size predicate picks its branch (a size predicate is guarded
-    like an `if`); a tensor predicate needs the cond operator in the graph."""
-    if isinstance(pred, torch.Tensor):
-        raise UnsupportedFeatureError(
-            "the program calls torch.cond on a tensor predicate, which graphport cannot capture yet",
-            fix="compute both branches and choose with torch.where(pred, a, b), or export each branch separately")
-    with mode:   # the higher-order operator's dispatch left the mode; the branch runs under it again
-        return (true_fn if pred else false_fn)(*operands)
-
-
-HIGHER_ORDER: dict[str, Callable] = {"cond": _cond}
+HIGHER_ORDER: dict[str, Callable] = {"cond": capture_cond, "map_impl": capture_map,
+                                      "while_loop": capture_while_loop, "scan": capture_scan}

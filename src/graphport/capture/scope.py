@@ -22,9 +22,30 @@ class Scope:
         self._values: dict[int, tuple[Any, fx.Node, int]] = {}   # id(tensor) -> (tensor, node, version)
         self.sizes: dict[sympy.Basic, fx.Node] = {}              # size expression -> its node here
         self.lifted: list[tuple[Any, fx.Node]] = []               # (outer value, placeholder), in order
+        self.lifted_from: dict[fx.Node, fx.Node] = {}             # placeholder -> the parent's node it stands for
+        self.modules: dict[str, Any] = {}                         # subgraph modules (cond branches, bodies) by attribute
 
     def bind(self, tensor, node: fx.Node, version: int) -> None:
         self._values[id(tensor)] = (tensor, node, version)
+
+    def bound_here(self, tensor) -> fx.Node | None:
+        """The node `tensor` is bound to in this scope itself, without lifting."""
+        found = self._values.get(id(tensor))
+        return found[1] if found is not None else None
+
+    def find(self, tensor) -> fx.Node | None:
+        """The node of `tensor` in this scope or the nearest enclosing one, without lifting."""
+        scope = self
+        while scope is not None:
+            found = scope.bound_here(tensor)
+            if found is not None:
+                return found
+            scope = scope.parent
+        return None
+
+    def rebound(self):
+        """(tensor, node) of every tensor bound in this scope."""
+        return [(tensor, node) for tensor, node, _ in self._values.values()]
 
     def binding(self, tensor) -> tuple[fx.Node, int] | None:
         """(node, version) of `tensor` here, lifting it from an outer scope if needed."""
@@ -45,6 +66,7 @@ class Scope:
         node = self.graph.placeholder(outer_node.name)
         node.meta.update({k: v for k, v in outer_node.meta.items() if k == "val"})
         self.lifted.append((value, node))
+        self.lifted_from[node] = outer_node
         return node
 
     def size(self, expr: sympy.Basic, outer: "fx.Node | None" = None) -> fx.Node | None:

@@ -89,6 +89,16 @@ class SizeValues:
             node = args[0]
             for arg in args[1:]:
                 node = emit(fn, (node, arg), {})
+        elif type(expr) in _RELATIONS:   # a size predicate (torch.cond on `x.shape[0] > 4`)
+            node = emit(_RELATIONS[type(expr)], (self._build(expr.lhs, emit, cache), self._build(expr.rhs, emit, cache)), {})
+        elif isinstance(expr, (sympy.And, sympy.Or)):
+            fn = operator.and_ if isinstance(expr, sympy.And) else operator.or_
+            args = [self._build(a, emit, cache) for a in expr.args]
+            node = args[0]
+            for arg in args[1:]:
+                node = emit(fn, (node, arg), {})
+        elif isinstance(expr, sympy.Not):
+            node = emit(torch.sym_not, (self._build(expr.args[0], emit, cache),), {})
         elif expr.is_Pow and expr.exp.is_Integer and expr.exp > 0:
             node = emit(operator.pow, (self._build(expr.base, emit, cache), int(expr.exp)), {})
         else:
@@ -98,6 +108,9 @@ class SizeValues:
             self.cache[expr] = node
         return node
 
+
+_RELATIONS = {sympy.StrictGreaterThan: operator.gt, sympy.GreaterThan: operator.ge, sympy.StrictLessThan: operator.lt,
+              sympy.LessThan: operator.le, sympy.Eq: operator.eq, sympy.Ne: operator.ne}
 
 _OPERATORS = {
     "add": operator.add, "sub": operator.sub, "mul": operator.mul, "truediv": operator.truediv,

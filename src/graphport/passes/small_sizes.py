@@ -26,6 +26,7 @@ import torch.fx as fx
 from .. import _torch
 from ..errors import GraphportError, InternalError, OperatorError
 from ..ops.kinds import Kind, op_info
+from .decided_conds import inline_decided_conds
 from ..shapes.env import ShapeEnv
 from ..shapes.node import SymNode, value_at
 from ..shapes.spec import InputShapes
@@ -215,19 +216,24 @@ class _Correspondence:
 _NONE = _Correspondence()
 
 
-def compare(graph: fx.Graph, pinned: fx.Graph, pins: dict) -> tuple[str, SourceLocation | None] | None:
+def compare(graph: fx.Graph, pinned: fx.Graph, pins: dict,
+            positional: bool = False) -> tuple[str, SourceLocation | None] | None:
     """None if `pinned` computes what `graph` computes once the pinned symbols take their
     values; else (what differs, the user's line where it does). Operations that are
     identities at the pinned sizes (a `clone`, an `expand` or `view` to the same shape, a
-    slice of a whole dimension: code paths that differ only there) are skipped on either side."""
+    slice of a whole dimension: code paths that differ only there) are skipped on either side.
+    A cond the pins decide is compared as the branch it takes; subgraphs (cond branches), whose
+    inputs are matched by position (`positional`), are compared recursively."""
+    graph = inline_decided_conds(graph, pins)
     ours = [n for n in graph.nodes if n.op == "call_function" and not _is_size(n)]
     theirs = [n for n in pinned.nodes if n.op == "call_function" and not _is_size(n)]
     match = _Correspondence()
     a_in = [n for n in graph.nodes if n.op == "placeholder"]
     b_in = [n for n in pinned.nodes if n.op == "placeholder"]
-    if [n.name for n in a_in] != [n.name for n in b_in]:
+    if len(a_in) != len(b_in) or (not positional and [n.name for n in a_in] != [n.name for n in b_in]):
         return "the inputs differ", None
     match.ours.update(zip(a_in, b_in))
+    _match_subgraphs(graph, pinned, match, pins)
     i = j = 0
     while i < len(ours) or j < len(theirs):
         a = ours[i] if i < len(ours) else None
@@ -252,6 +258,18 @@ def compare(graph: fx.Graph, pinned: fx.Graph, pins: dict) -> tuple[str, SourceL
     if not _same(out_a.args, out_b.args, match, pins):
         return "the program returns other values there", None
     return None
+
+
+def _match_subgraphs(graph: fx.Graph, pinned: fx.Graph, match: _Correspondence, pins) -> None:
+    """get_attr nodes (cond branches) correspond when their subgraphs compute the same thing."""
+    ours = [n for n in graph.nodes if n.op == "get_attr"]
+    theirs = [n for n in pinned.nodes if n.op == "get_attr"]
+    for a, b in zip(ours, theirs):
+        sub_a = getattr(graph.owning_module, a.target, None)
+        sub_b = getattr(pinned.owning_module, b.target, None)
+        if isinstance(getattr(sub_a, "graph", None), fx.Graph) and isinstance(getattr(sub_b, "graph", None), fx.Graph) \
+                and compare(sub_a.graph, sub_b.graph, pins, positional=True) is None:
+            match.ours[a] = b
 
 
 def _same_call(a: fx.Node, b: fx.Node, match: _Correspondence, pins) -> bool:

@@ -81,7 +81,15 @@ def verify(ep) -> None:
     okinds = [_OUTPUT_ORDER.index(s.kind) for s in sig.output_specs]
     if okinds != sorted(okinds):
         _fail(outputs[0], "outputs must be ordered state mutations, input mutations, user outputs")
+    _check_nodes(ep.graph_module, "the graph")
+
+
+def _check_nodes(module: fx.GraphModule, where: str) -> None:
+    """The rules every graph obeys, the program's and each subgraph's (recursively)."""
+    nodes = list(module.graph.nodes)
     members = set(nodes)
+    if not nodes or nodes[-1].op != "output" or sum(n.op == "output" for n in nodes) != 1:
+        _fail(None, f"{where} must end with exactly one output node")
     for node in nodes:
         strangers = [user for user in node.users if user not in members]
         if strangers:
@@ -90,7 +98,8 @@ def verify(ep) -> None:
         if node.op in ("call_module", "call_method"):
             _fail(node, f"{node.op} is not allowed: the graph must be flat ATen calls")
         if node.op == "get_attr":
-            _fail(node, "get_attr is not allowed: state must be lifted to placeholders")
+            _check_subgraph(module, node, where)
+            continue
         if node.op == "placeholder" and "val" not in node.meta:
             _fail(node, "every placeholder needs meta['val']")
         if node.op != "call_function":
@@ -108,3 +117,15 @@ def verify(ep) -> None:
             if key not in node.meta:
                 _fail(node, f"every call needs meta['{key}']")
 
+
+def _check_subgraph(module: fx.GraphModule, node: fx.Node, where: str) -> None:
+    """get_attr only reaches a control-flow subgraph (state is lifted to placeholders), which
+    obeys the contract itself and is passed only to control-flow operators."""
+    sub = getattr(module, node.target, None) if isinstance(node.target, str) else None
+    if not isinstance(sub, fx.GraphModule):
+        _fail(node, "get_attr is only allowed for control-flow subgraphs: state must be lifted to placeholders")
+    for user in node.users:
+        if not (user.op == "call_function" and isinstance(user.target, _torch.HigherOrderOperator)
+                and user.target.name() in _CONTROL_FLOW):
+            _fail(node, f"the subgraph {node.target} is used by {user.name}, which is no control-flow operator")
+    _check_nodes(sub, f"subgraph {node.target} of {where}")
