@@ -1,0 +1,220 @@
+"""The `graphport` command line. A few tests run it as users do, in a subprocess
+(`python -m graphport`); the rest call its `main(argv)` in this process, which parses and
+reports exactly the same way, to keep the suite fast."""
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+import graphport
+
+ROOT = Path(__file__).resolve().parents[2]
+ENTRY = "tests.cli.entry"
+DYNAMIC = ["--dynamic", "ids:0=batch:0..8", "--dynamic", "ids:1=seq:1..16",
+           "--dynamic", "x:0=batch:0..8", "--dynamic", "x:1=seq:1..16"]
+needs_artifact = pytest.mark.skipif(not hasattr(graphport, "save"),
+                                    reason="needs graphport.save/load (artifact issue 12)")
+
+
+def subprocess_cli(*args, check_exit: int | None = 0) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), str(ROOT)])}
+    proc = subprocess.run([sys.executable, "-m", "graphport", *args], cwd=ROOT, env=env, capture_output=True,
+                          text=True, timeout=300)
+    if check_exit is not None:
+        assert proc.returncode == check_exit, proc.stdout + proc.stderr
+    return proc
+
+
+@pytest.fixture
+def graphport_cli(capsys, monkeypatch):
+    """main(argv) in this process, from the project root, with sys.path restored afterwards."""
+    from graphport.cli import main
+    monkeypatch.chdir(ROOT)
+    monkeypatch.setattr(sys, "path", list(sys.path))
+
+    def run(*args, check_exit: int | None = 0) -> subprocess.CompletedProcess:
+        try:
+            code = main(list(args))
+        except SystemExit as e:   # argparse: --help and usage errors
+            code = e.code
+        out, err = capsys.readouterr()
+        if check_exit is not None:
+            assert code == check_exit, out + err
+        return subprocess.CompletedProcess(args, code, out, err)
+    return run
+
+
+@pytest.mark.parametrize("command", [[], ["export"], ["inspect"], ["run"], ["check"], ["view"]])
+def test_every_command_has_help(graphport_cli, command):
+    proc = graphport_cli(*command, "--help")
+    assert "usage: graphport" in proc.stdout
+    assert "--traceback" in proc.stdout
+
+
+def test_the_top_level_help_lists_commands_and_exit_codes():
+    out = subprocess_cli("--help").stdout
+    for command in ("export", "inspect", "run", "check", "view"):
+        assert command in out
+    assert "exit codes" in out
+
+
+def test_inspect_an_entry_point_shows_signature_ranges_ops_and_parameters(graphport_cli):
+    out = graphport_cli("inspect", f"{ENTRY}:make_model", "--args", f"{ENTRY}:inputs", *DYNAMIC).stdout
+    assert "signature: (ids, x)" in out
+    assert "ids: int64[batch, seq]" in out and "x: float32[batch, seq, 3]" in out
+    assert "batch: VR[0, 8]" in out and "seq: VR[1, 16]" in out
+    assert "parameters: 3 tensors, 55 values, 220 B" in out
+    assert "aten.embedding.default" in out and "aten.linear.default" in out
+    assert "custom ops: none" in out
+    assert "ExportedProgram" not in out
+
+
+def test_inspect_graph_prints_the_program_and_a_factory_may_return_model_and_inputs(graphport_cli):
+    out = graphport_cli("inspect", f"{ENTRY}:model_and_inputs", "--graph").stdout
+    assert "signature: (ids, x)" in out and "ExportedProgram:" in out and "torch.ops.aten.linear" in out
+
+
+def test_check_passes_on_a_correct_model(graphport_cli):
+    proc = graphport_cli("check", f"{ENTRY}:make_model", "--args", f"{ENTRY}:inputs", *DYNAMIC, "--samples", "6")
+    assert proc.stdout.startswith("PASSED: 6 samples inside the contract, 6 agree")
+    assert proc.stderr == ""   # no progress bar in a pipe
+
+
+def test_check_fails_with_exit_code_1_and_the_smallest_failing_size():
+    proc = subprocess_cli("check", f"{ENTRY}:Wrong", "--args", f"{ENTRY}:wrong_inputs", "--dynamic", "x:0=n:0..32",
+                         "--samples", "8", check_exit=1)
+    assert proc.stdout.startswith("FAILED")
+    assert "mismatch at {'n': 5}" in proc.stdout
+
+
+def test_a_graphport_error_prints_what_where_and_fix_without_a_traceback():
+    proc = subprocess_cli("inspect", f"{ENTRY}:data_dependent", check_exit=3)
+    assert proc.stderr.startswith("graphport: error: ")
+    assert "entry.py" in proc.stderr and "fix:" in proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+def test_traceback_on_request(graphport_cli):
+    proc = graphport_cli("inspect", f"{ENTRY}:data_dependent", "--traceback", check_exit=3)
+    assert "Traceback (most recent call last)" in proc.stderr
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["inspect", "tests.cli.no_such_module:f"], "cannot import module 'tests.cli.no_such_module'"),
+    (["inspect", f"{ENTRY}:nothing"], "has no attribute 'nothing'"),
+    (["inspect", "missing.gport"], "no such file: missing.gport"),
+    (["inspect", f"{ENTRY}:make_model"], "no example inputs"),
+    (["inspect", f"{ENTRY}:make_model", "--args", f"{ENTRY}:inputs", "--dynamic", "ids=0..3"],
+     "is not of the form NAME:DIM=min..max"),
+    (["export", "-o", "x.gport"], "exactly one of MODULE:CALLABLE and --hf"),
+])
+def test_command_line_mistakes_exit_2_with_a_fix(graphport_cli, argv, message):
+    proc = graphport_cli(*argv, check_exit=2)
+    assert message in proc.stderr and "fix:" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_argparse_usage_errors_exit_2(graphport_cli):
+    proc = graphport_cli("inspect", check_exit=2)
+    assert "usage:" in proc.stderr
+
+
+def test_run_writes_outputs_from_an_entry_point(graphport_cli, tmp_path):
+    from safetensors.torch import load_file, save_file
+
+    from tests.cli.entry import make_model
+    ids, x = torch.randint(0, 10, (3, 7)), torch.randn(3, 7, 3)
+    save_file({"ids": ids, "x": x}, tmp_path / "in.safetensors")
+    out = graphport_cli("run", f"{ENTRY}:make_model", "--args", f"{ENTRY}:inputs", *DYNAMIC,
+                        "--inputs", str(tmp_path / "in.safetensors"), "-o", str(tmp_path / "out.safetensors")).stdout
+    assert "output_0: float32[3, 7, 3]" in out
+    got = load_file(tmp_path / "out.safetensors")["output_0"]
+    torch.testing.assert_close(got, make_model().eval()(ids, x))
+
+
+def test_run_names_a_missing_input(graphport_cli, tmp_path):
+    from safetensors.torch import save_file
+    save_file({"ids": torch.zeros(2, 5, dtype=torch.int64)}, tmp_path / "in.safetensors")
+    proc = graphport_cli("run", f"{ENTRY}:model_and_inputs", "--inputs", str(tmp_path / "in.safetensors"),
+                         "-o", str(tmp_path / "out.safetensors"), check_exit=2)
+    assert "has no tensor named 'x'" in proc.stderr and "float32[2, 5, 3]" in proc.stderr
+
+
+def test_run_refusing_an_input_outside_the_ranges_exits_3(graphport_cli, tmp_path):
+    from safetensors.torch import save_file
+    save_file({"ids": torch.zeros(9, 5, dtype=torch.int64), "x": torch.randn(9, 5, 3)}, tmp_path / "in.safetensors")
+    proc = graphport_cli("run", f"{ENTRY}:make_model", "--args", f"{ENTRY}:inputs", *DYNAMIC,
+                         "--inputs", str(tmp_path / "in.safetensors"), "-o", str(tmp_path / "o.safetensors"),
+                         check_exit=3)
+    assert "outside the range VR[0, 8] of dimension batch" in proc.stderr
+
+
+def test_view_writes_html_from_an_entry_point(graphport_cli, tmp_path):
+    out = tmp_path / "graph.html"
+    graphport_cli("view", f"{ENTRY}:model_and_inputs", "-o", str(out))
+    html = out.read_text()
+    assert html.startswith("<!DOCTYPE html>") and "aten.embedding.default" in html
+    assert "http://" not in html and "https://" not in html
+
+
+# -- with the artifact (graphport.save / graphport.load) ----------------------------------------
+
+@needs_artifact
+def test_export_then_inspect_run_view_and_check_the_saved_program(graphport_cli, tmp_path):
+    from safetensors.torch import load_file, save_file
+
+    from tests.cli.entry import make_model
+    model = tmp_path / "model.gport"
+    out = subprocess_cli("export", f"{ENTRY}:make_model", "--args", f"{ENTRY}:inputs", *DYNAMIC,
+                        "-o", str(model)).stdout
+    assert f"wrote {model}" in out and model.exists()
+    info = subprocess_cli("inspect", str(model)).stdout
+    assert "format version:" in info and "batch: VR[0, 8]" in info and "parameters: 3 tensors" in info
+    ids, x = torch.randint(0, 10, (4, 2)), torch.randn(4, 2, 3)
+    save_file({"ids": ids, "x": x}, tmp_path / "in.safetensors")
+    graphport_cli("run", str(model), "--inputs", str(tmp_path / "in.safetensors"), "-o", str(tmp_path / "o.st"))
+    torch.testing.assert_close(load_file(tmp_path / "o.st")["output_0"], make_model().eval()(ids, x))
+    graphport_cli("view", str(model), "-o", str(tmp_path / "g.html"))
+    assert "aten.linear.default" in (tmp_path / "g.html").read_text()
+    proc = graphport_cli("check", f"{ENTRY}:make_model", "--args", f"{ENTRY}:inputs", "--program", str(model),
+                         "--samples", "4")
+    assert proc.stdout.startswith("PASSED")
+
+
+@pytest.mark.skipif(hasattr(graphport, "save"), reason="only without the artifact: export says what is missing")
+def test_export_without_the_artifact_says_what_is_missing(graphport_cli, tmp_path):
+    proc = graphport_cli("export", f"{ENTRY}:model_and_inputs", "-o", str(tmp_path / "m.gport"), check_exit=2)
+    assert "no graphport.save" in proc.stderr
+
+
+@needs_artifact
+def test_export_a_transformers_model_from_its_config(graphport_cli, tmp_path):
+    pytest.importorskip("transformers")
+    config = tmp_path / "config.json"
+    config.write_text('{"vocab_size": 100, "hidden_size": 32, "num_hidden_layers": 1, "num_attention_heads": 2, '
+                      '"intermediate_size": 64, "max_position_embeddings": 64}')
+    model = tmp_path / "bert.gport"
+    graphport_cli("export", "--hf", "bert", "--config", str(config), "-o", str(model))
+    info = graphport_cli("inspect", str(model)).stdout
+    assert "input_ids: int64[batch, seq]" in info and "seq: VR[2, 64]" in info
+
+
+def test_progress_shows_on_a_terminal_and_stays_quiet_in_a_pipe():
+    import io
+
+    from graphport.cli.progress import Progress
+
+    class Terminal(io.StringIO):
+        def isatty(self):
+            return True
+
+    tty, pipe = Terminal(), io.StringIO()
+    for stream in (tty, pipe):
+        bar = Progress("check", stream)
+        bar(3, 6)
+        bar.close()
+    assert "check: [" + "#" * 15 + "." * 15 + "] 3/6" in tty.getvalue()
+    assert tty.getvalue().endswith("\r\033[K")
+    assert pipe.getvalue() == ""
