@@ -70,7 +70,7 @@ def run_cmd(args) -> int:
         elif path in tensors:
             leaves.append(tensors[path])
         else:
-            from .summary import describe_value
+            from ..describe import describe_value
             raise CommandLineError(
                 f"{args.inputs} has no tensor named {path!r} (it has {sorted(tensors)})",
                 fix=f"save the input as {path!r}: {describe_value(placeholders[spec.arg.name].meta.get('val'))}",
