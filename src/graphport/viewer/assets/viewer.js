@@ -144,7 +144,14 @@
         boxes.set(k, b);
       });
     }
-    return [...boxes.values()].sort((a, b) => a.depth - b.depth);
+    // a box's margin grows with the boxes nested in it, so nested titles stack instead of overlapping
+    const sorted = [...boxes.values()].sort((a, b) => b.depth - a.depth);
+    for (const b of sorted) {
+      b.height = b.height || 1;
+      const parent = boxes.get(DATA.groups[b.group].parent);
+      if (parent) parent.height = Math.max(parent.height || 1, b.height + 1);
+    }
+    return sorted.reverse();
   }
 
   // -- drawing ----------------------------------------------------------------------------
@@ -181,8 +188,8 @@
     const inView = (x0, y0, x1, y1) => x1 >= vx0 && x0 <= vx1 && y1 >= vy0 && y0 <= vy1;
     const detail = view.k >= 0.35;
     for (const b of layout.boxes) {
-      const pad = PAD + 4 * (6 - Math.min(b.depth, 6));
-      const x0 = b.x0 - pad, y0 = b.y0 - pad - 16, x1 = b.x1 + pad, y1 = b.y1 + pad;
+      const pad = PAD * b.height;
+      const x0 = b.x0 - pad, y0 = b.y0 - 18 * b.height, x1 = b.x1 + pad, y1 = b.y1 + pad;
       if (!inView(x0, y0, x1, y1)) continue;
       const grp = el("g", { class: "group", "data-group": b.group }, layers.groups);
       el("rect", { x: x0, y: y0, width: x1 - x0, height: y1 - y0 }, grp);
@@ -255,10 +262,15 @@
       y0 = Math.min(y0, it.y - H / 2); y1 = Math.max(y1, it.y + H / 2);
     }
     const k = Math.min(1, (r.width - 40) / (x1 - x0 + 60), (r.height - 40) / (y1 - y0 + 60));
-    view.k = Math.max(k, 0.5);
-    view.x = view.k === k ? (r.width - (x1 + x0) * view.k) / 2 : r.width / 2 - ((x0 + x1) / 2) * view.k;
-    view.y = 30 - (y0 - 30) * view.k;
-    if (view.k === k) view.y = (r.height - (y1 + y0) * view.k) / 2;
+    if (k >= 0.6) {             // it fits readably: center it
+      view.k = k;
+      view.x = (r.width - (x1 + x0) * k) / 2;
+      view.y = (r.height - (y1 + y0) * k) / 2;
+    } else {                    // too big to read whole: start at the top, readable
+      view.k = 0.85;
+      view.x = r.width / 2 - ((x0 + x1) / 2) * view.k;
+      view.y = 60 - y0 * view.k;
+    }
     scheduleDraw();
   }
 
