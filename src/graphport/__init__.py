@@ -3,6 +3,7 @@
 The public API mirrors `torch.export`, so switching is a change of import.
 """
 from .errors import (
+    CommandLineError,
     ConstraintViolationError,
     DataDependentError,
     GraphportError,
@@ -32,5 +33,5 @@ __all__ = [
     "GraphportError", "UserError", "DataDependentError", "UnsupportedOperatorError",
     "UnsupportedInputError", "InputMismatchError", "InputGuardError", "InputStructureError", "InvalidDimError", "OperatorError", "UnsupportedFeatureError",
     "ConstraintViolationError", "InternalError",
-    "check", "CheckReport",
+    "check", "CheckReport", "CommandLineError",
 ]

@@ -218,3 +218,18 @@ def test_progress_shows_on_a_terminal_and_stays_quiet_in_a_pipe():
     assert "check: [" + "#" * 15 + "." * 15 + "] 3/6" in tty.getvalue()
     assert tty.getvalue().endswith("\r\033[K")
     assert pipe.getvalue() == ""
+
+
+def test_command_line_errors_are_graphport_errors_catchable_as_value_errors():
+    from graphport.cli.targets import parse_dynamic
+    with pytest.raises(ValueError) as info:
+        parse_dynamic(["x:0=one..two"])
+    assert isinstance(info.value, graphport.CommandLineError) and isinstance(info.value, RuntimeError)
+    assert "fix: e.g. --dynamic x:0=1..64" in info.value.msg
+
+
+def test_dynamic_flags_with_one_dim_name_share_one_dim():
+    from graphport.cli.targets import parse_dynamic
+    spec = parse_dynamic(["ids:0=batch:1..8", "mask:0=batch:1..8", "ids:1=..512", "mask:1=4.."])
+    assert spec["ids"][0] is spec["mask"][0] and spec["ids"][0].__name__ == "batch"
+    assert (spec["ids"][1].min, spec["ids"][1].max) == (0, 512) and spec["mask"][1].min == 4
