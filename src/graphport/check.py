@@ -65,7 +65,8 @@ class CheckReport:
 
     def summary(self) -> str:
         return (f"{self.samples} samples inside the contract, {self.agreements} agree with eager; "
-                f"{self.out_of_contract} outside, {self.refusals} refused; {self.mismatches} problems")
+                f"{self.out_of_contract} outside, {self.refusals} refused; "
+                f"{self.mismatches} problem{'' if self.mismatches == 1 else 's'}")
 
     def __str__(self) -> str:
         lines = [("PASSED: " if self.passed else "FAILED: ") + self.summary()]

@@ -78,8 +78,7 @@ def summary(ep: ExportedProgram, version: str | None = None) -> str:
         lines.append(f"constants: {len(ep.constants)}")
     hist = op_histogram(ep)
     lines.append(f"operators: {sum(hist.values())} calls, {len(hist)} distinct")
-    width = max((len(k) for k in hist), default=0)
-    lines += [f"  {count:6d}  {name:<{width}}" for name, count in hist.most_common()]
+    lines += [f"  {count:6d}  {name}" for name, count in hist.most_common()]
     ops = custom_ops(ep)
     lines.append(f"custom ops: {', '.join(ops) if ops else 'none'}")
     return "\n".join(lines)
