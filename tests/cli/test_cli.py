@@ -233,3 +233,26 @@ def test_dynamic_flags_with_one_dim_name_share_one_dim():
     spec = parse_dynamic(["ids:0=batch:1..8", "mask:0=batch:1..8", "ids:1=..512", "mask:1=4.."])
     assert spec["ids"][0] is spec["mask"][0] and spec["ids"][0].__name__ == "batch"
     assert (spec["ids"][1].min, spec["ids"][1].max) == (0, 512) and spec["mask"][1].min == 4
+
+
+def test_hf_builds_a_model_from_its_config_with_dynamic_batch_and_seq(tmp_path):
+    pytest.importorskip("transformers")
+    from graphport.cli.summary import summary
+    from graphport.cli.targets import load_hf
+    config = tmp_path / "config.json"
+    config.write_text('{"vocab_size": 100, "hidden_size": 32, "num_hidden_layers": 1, "num_attention_heads": 2, '
+                      '"intermediate_size": 64, "max_position_embeddings": 64}')
+    entry = load_hf("bert", str(config), None, [])
+    assert entry.model.config.hidden_size == 32 and not entry.model.training
+    assert int(entry.kwargs["input_ids"].max()) < 100
+    ep = graphport.export(entry.model, entry.args, entry.kwargs, dynamic_shapes=entry.dynamic_shapes)
+    info = summary(ep)
+    assert "input_ids: int64[batch, seq]" in info and "attention_mask: int64[batch, seq]" in info
+    assert "seq: VR[2, 64]" in info
+
+
+def test_hf_names_an_unknown_model_type():
+    pytest.importorskip("transformers")
+    from graphport.cli.targets import load_hf
+    with pytest.raises(graphport.CommandLineError, match="transformers knows no model type 'no-such-model'"):
+        load_hf("no-such-model", None, None, [])
