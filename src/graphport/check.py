@@ -123,6 +123,18 @@ class _Checker:
     # -- the plan ------------------------------------------------------------------------------
 
     def run(self) -> CheckReport:
+        """Every draw, with the program's state (the model's own buffers, often) put back
+        afterwards: running the program updates buffers it mutates in place."""
+        saved = {id(t): (t, t.clone()) for t in [*self.ep.state_dict.values(), *self.ep.constants.values()]
+                 if isinstance(t, torch.Tensor)} if self.mutates_state else {}
+        try:
+            return self._run()
+        finally:
+            with torch.no_grad():
+                for tensor, value in saved.values():
+                    tensor.copy_(value)
+
+    def _run(self) -> CheckReport:
         inside = self._inside_draws()
         outside = self._outside_draws()
         total, done = len(inside) + len(outside), 0
@@ -273,23 +285,17 @@ class _Checker:
         ours, theirs = self._inputs(sizes, seed)
         module = self.ep.module() if self.mutates_state else self.module
         model = _fresh(self.model) if self.mutates_state else self.model
-        try:
-            got = module(*_args(ours, self.spec)[0], **_args(ours, self.spec)[1])
-            got_error = None
-        except GraphportError as e:
-            got, got_error = None, e
-        except Exception as e:   # noqa: BLE001 -- any other failure of the program is a finding
-            return "wrong error", f"the program raised {type(e).__name__}: {_first_line(e)}"
-        try:
-            args, kwargs = _args(theirs, self.spec)
-            want = model(*args, **kwargs)
-        except Exception as e:   # noqa: BLE001 -- the model itself rejects these sizes
+        got, got_error = _call(module, ours, self.spec, seed)
+        want, want_error = _call(model, theirs, self.spec, seed)
+        if want_error is not None:   # the model itself rejects these inputs: the program must fail too
             if got_error is not None:
                 return None
-            return "eager failed", (f"eager raised {type(e).__name__}: {_first_line(e)}, but the program "
-                                    "returned a result")
-        if got_error is not None:
+            return "eager failed", (f"eager raised {type(want_error).__name__}: {_first_line(want_error)}, but "
+                                    "the program returned a result")
+        if isinstance(got_error, GraphportError):
             return "refused in range", f"the program refused an input its contract accepts: {_first_line(got_error)}"
+        if got_error is not None:
+            return "wrong error", f"the program raised {type(got_error).__name__}: {_first_line(got_error)}"
         difference = _difference((got, ours), (want, theirs), self.rtol, self.atol)
         return None if difference is None else ("mismatch", difference)
 
@@ -335,6 +341,18 @@ class _Checker:
 def _at(expr: sympy.Basic, sizes: Sizes) -> sympy.Basic:
     """`expr` with the symbols replaced by their sizes."""
     return sympy.sympify(expr).xreplace({s: sympy.Integer(v) for s, v in sizes.items()})
+
+
+def _call(fn, leaves: list, spec, seed: int) -> tuple[Any, Exception | None]:
+    """fn on the inputs, from the same random state each time (so random ops draw alike),
+    leaving the process's random state as it was; (result, None) or (None, the error)."""
+    args, kwargs = _args(leaves, spec)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        try:
+            return fn(*args, **kwargs), None
+        except Exception as e:   # noqa: BLE001 -- the caller classifies every failure
+            return None, e
 
 
 def _args(leaves: list, spec) -> tuple[tuple, dict]:

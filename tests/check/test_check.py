@@ -156,3 +156,34 @@ def test_progress_is_reported_for_every_input():
 def test_a_wrong_second_argument_is_a_graphport_error():
     with pytest.raises(gp.UnsupportedInputError, match="ExportedProgram or a tuple"):
         gp.check(Double(), torch.randn(3))
+
+
+def test_the_models_buffers_are_left_as_they_were():
+    model = torch.nn.BatchNorm1d(3).train()
+    before = model.running_mean.clone()
+    ep = gp.export(model, (torch.randn(4, 3),), dynamic_shapes={"input": {0: gp.Dim("b", min=2, max=16)}})
+    model.running_mean.copy_(before)   # export itself may run the model once
+    gp.check(model, ep, samples=4)
+    assert torch.equal(model.running_mean, before)
+
+
+def test_random_operators_draw_alike_in_the_program_and_in_eager():
+    class Noisy(torch.nn.Module):
+        def forward(self, x):
+            return x + torch.rand_like(x)
+
+    ep = gp.export(Noisy(), (torch.randn(4, 3),), dynamic_shapes={"x": {0: gp.Dim("n", max=9)}})
+    state = torch.random.get_rng_state()
+    report = gp.check(Noisy(), ep, samples=4)
+    assert report.passed, str(report)
+    assert torch.equal(torch.random.get_rng_state(), state)
+
+
+def test_inputs_eager_rejects_must_fail_in_the_program_too():
+    class TakesFirstRow(torch.nn.Module):   # eager fails on an empty x; so does the program
+        def forward(self, x):
+            return x[0] * 2
+
+    report = gp.check(TakesFirstRow(), (torch.randn(4, 3),), dynamic_shapes={"x": {0: gp.Dim("n", max=9)}},
+                      samples=6)
+    assert report.passed, str(report)
