@@ -156,9 +156,6 @@ class _Checker:
         src = fact.source
         return (int(self.flat[src.index].shape[src.dim]) - src.offset) // src.coeff
 
-    def _bounds(self, sym) -> tuple[int, int]:
-        return self.bounds[sym]
-
     def _drawn_bounds(self, fact) -> tuple[int, int]:
         """The sizes drawn for a symbol: its declared range, from where the program is valid,
         up to the declared maximum or `max_size` (or the example, if larger)."""
@@ -174,7 +171,7 @@ class _Checker:
 
     def _inside_draws(self) -> list[Sizes]:
         syms = list(self.facts)
-        bounds = {s: self._bounds(s) for s in syms}
+        bounds = {s: self.bounds[s] for s in syms}
         candidates: list[Sizes] = [dict(self.example_sizes)]
         if syms:
             candidates.append({s: bounds[s][0] for s in syms})
@@ -212,11 +209,12 @@ class _Checker:
                 out.append((dict(self.example_sizes), f"{self.paths[i]}.shape[{d}] not equal to {expr}", (i, d)))
         for relation in self.contract.relations if self.contract else []:
             for _ in range(20 * max(len(self.facts), 1)):
-                sizes = {s: self.rng.randint(*self._bounds(s)) for s in self.facts}
+                sizes = {s: self.rng.randint(*self.bounds[s]) for s in self.facts}
                 if _at(relation.rel, sizes) is sympy.false:
                     out.append((sizes, f"sizes breaking the relation {relation.rel}", None))
                     break
-        return out
+        # a derived dimension can go negative just outside a range: no tensor has that shape
+        return [o for o in out if all(d >= 0 for shape in self._shapes(o[0], o[2]) if shape for d in shape)]
 
     def _inside_contract(self, sizes: Sizes) -> bool:
         if self.contract is None:
@@ -255,8 +253,10 @@ class _Checker:
             else:
                 lo, hi = (int(x.min()), int(x.max())) if x.numel() else (0, 1)
                 leaves.append(torch.randint(lo, hi + 1, shape, generator=gen, dtype=x.dtype))
-        copies = [t.clone() if isinstance(t, torch.Tensor) else t for t in leaves]
-        return leaves, copies
+        for i, first in self.ep.input_aliases.items():   # one tensor passed twice at export: again
+            leaves[i] = leaves[first]
+        clones = {id(t): t.clone() for t in leaves if isinstance(t, torch.Tensor)}
+        return leaves, [clones.get(id(t), t) for t in leaves]
 
     def _describe(self, sizes: Sizes, bump: tuple[int, int] | None = None
                   ) -> tuple[dict[str, int], dict[str, list[int]]]:
@@ -305,7 +305,7 @@ class _Checker:
         while improved:
             improved = False
             for s in sizes:
-                lo = self._bounds(s)[0]
+                lo = self.bounds[s][0]
                 for smaller in sorted({lo, lo + (sizes[s] - lo) // 2, sizes[s] - 1}):
                     if not lo <= smaller < sizes[s]:
                         continue

@@ -187,3 +187,22 @@ def test_inputs_eager_rejects_must_fail_in_the_program_too():
     report = gp.check(TakesFirstRow(), (torch.randn(4, 3),), dynamic_shapes={"x": {0: gp.Dim("n", max=9)}},
                       samples=6)
     assert report.passed, str(report)
+
+
+def test_one_tensor_passed_for_two_inputs_is_passed_twice_again():
+    def add_self(x, y):
+        return x + y
+
+    x = torch.randn(4, 3)
+    report = gp.check(add_self, (x, x), dynamic_shapes=({0: gp.Dim("n", max=9)}, {0: gp.Dim("n", max=9)}), samples=4)
+    assert report.passed, str(report)
+
+
+def test_a_derived_dimension_that_would_go_negative_outside_the_range_is_not_drawn():
+    def f(x, y):
+        return x[1:] + y
+
+    n = gp.Dim("n", min=1, max=9)   # n = 0, just below the range, would make y of size -1
+    report = gp.check(f, (torch.randn(5), torch.randn(4)), dynamic_shapes=({0: n}, {0: n - 1}), samples=4)
+    assert report.passed, str(report)
+    assert report.out_of_contract == report.refusals == 2   # n = 10, and y one larger than n - 1
