@@ -256,3 +256,30 @@ def test_hf_names_an_unknown_model_type():
     from graphport.cli.targets import load_hf
     with pytest.raises(graphport.CommandLineError, match="transformers knows no model type 'no-such-model'"):
         load_hf("no-such-model", None, None, [])
+
+
+@torch.library.custom_op("graphport_cli_test::twice", mutates_args=())
+def twice(x: torch.Tensor) -> torch.Tensor:
+    return x * 2
+
+
+@twice.register_fake
+def _(x):
+    return torch.empty_like(x)
+
+
+def test_inspect_lists_custom_ops_and_buffers():
+    from graphport.cli.summary import summary
+
+    class WithBuffer(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.register_buffer("offset", torch.ones(3))
+
+        def forward(self, x):
+            return twice(x) + self.offset
+
+    info = summary(graphport.export(WithBuffer(), (torch.randn(2, 3),)))
+    assert "custom ops: graphport_cli_test.twice.default" in info
+    assert "buffers: 1 tensors, 12 B" in info and "parameters: 0 tensors, 0 values, 0 B" in info
+    assert "format version" not in info
