@@ -44,3 +44,7 @@ def data_dependent():
         def forward(self, x):
             return x * 2 if x.sum() > 0 else x
     return Branchy(), (torch.randn(3),)
+
+
+def broken():
+    raise ValueError("the factory failed")

@@ -284,3 +284,18 @@ def test_inspect_lists_custom_ops_and_buffers():
     assert "custom ops: graphport_cli_test.twice.default" in info
     assert "buffers: 1 tensors, 12 B" in info and "parameters: 0 tensors, 0 values, 0 B" in info
     assert "format version" not in info
+
+
+def test_the_operator_histogram_counts_control_flow_subgraphs():
+    from graphport.cli.summary import op_histogram
+    from tests.viewer.test_viewer import token_program, with_branches
+    hist = op_histogram(with_branches(token_program()))
+    assert hist["aten.sin.default"] == 2 and hist["cond"] == 1 and hist["aten.linear.default"] == 1
+
+
+def test_an_unexpected_error_exits_4_and_says_how_to_see_where(graphport_cli):
+    proc = graphport_cli("inspect", f"{ENTRY}:broken", check_exit=4)
+    assert proc.stderr.startswith("graphport: unexpected ValueError: the factory failed")
+    assert "--traceback" in proc.stderr and "Traceback" not in proc.stderr
+    proc = graphport_cli("inspect", f"{ENTRY}:broken", "--traceback", check_exit=4)
+    assert "Traceback (most recent call last)" in proc.stderr

@@ -4,7 +4,6 @@ from pathlib import Path
 
 import pytest
 import torch
-import torch.fx as fx
 
 import graphport as gp
 from graphport.viewer import page, render_html, write_html

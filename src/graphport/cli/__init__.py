@@ -17,7 +17,7 @@ import traceback
 from ..errors import CommandLineError, GraphportError, InternalError
 from . import commands
 
-EXIT_OK, EXIT_CHECK_FAILED, EXIT_USAGE, EXIT_REFUSED, EXIT_INTERNAL = 0, 1, 2, 3, 4
+EXIT_USAGE, EXIT_REFUSED, EXIT_INTERNAL = 2, 3, 4
 
 
 def build_parser() -> argparse.ArgumentParser:
