@@ -97,7 +97,9 @@ def browser():
 def open_page(browser, path: Path):
     browser.events.clear()
     browser.open(path.as_uri())
-    assert browser.evaluate("document.body.dataset.ready") == "1"
+    # the page sets data-ready once it has drawn
+    assert browser.evaluate("""new Promise(r => { const poll = () => document.body.dataset.ready ? r(true)
+                                                   : requestAnimationFrame(poll); poll(); })""")
 
 
 def click_selector(browser, selector: str):

@@ -213,6 +213,7 @@
     }
     document.getElementById("stats").textContent =
       `${current.nodes.length} nodes \u00b7 ${layout.order.length} boxes \u00b7 ${shown} drawn`;
+    document.body.dataset.ready = "1";   // drawn at least once
   }
 
   function drawItem(it, detail) {
@@ -430,5 +431,4 @@
   show("main");
   window.graphportViewer = { show, select, reveal, search, view, get layout() { return layout; },
                              get graph() { return current; } };
-  document.body.dataset.ready = "1";
 })();
