@@ -3,6 +3,7 @@
 The public API mirrors `torch.export`, so switching is a change of import.
 """
 from .errors import (
+    CommandLineError,
     ConstraintViolationError,
     ControlFlowError,
     DataDependentError,
@@ -26,6 +27,7 @@ from .shapes.check import refine_dynamic_shapes_from_suggested_fixes
 from .shapes.dims import Dim, ShapesCollection, dims
 from .passes.verifier import verify
 from .control_flow import cond, map, scan, while_loop
+from .check import CheckReport, check
 
 __all__ = [
     "export", "Dim", "dims", "ShapesCollection", "refine_dynamic_shapes_from_suggested_fixes", "ExportedProgram", "ExportGraphSignature", "InputKind", "InputSpec", "OutputKind",
@@ -34,4 +36,5 @@ __all__ = [
     "UnsupportedInputError", "InputMismatchError", "InputGuardError", "InputStructureError", "InvalidDimError", "OperatorError", "UnsupportedFeatureError",
     "ConstraintViolationError", "InternalError",
     "ControlFlowError", "cond", "map", "while_loop", "scan",
+    "check", "CheckReport", "CommandLineError",
 ]

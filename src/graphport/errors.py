@@ -115,3 +115,9 @@ class InternalError(GraphportError, RuntimeError):
         kw.setdefault("find_location", False)
         kw.setdefault("fix", "please report this with the program that triggered it")
         super().__init__(what, **kw)
+
+
+class CommandLineError(UserError, ValueError):
+    """The `graphport` command line was given something it cannot use: an entry point that
+    does not import, a file that does not exist, a malformed --dynamic. A ValueError, as
+    argparse's own type checks raise."""
