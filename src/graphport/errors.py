@@ -109,3 +109,14 @@ class InternalError(GraphportError, RuntimeError):
         kw.setdefault("find_location", False)
         kw.setdefault("fix", "please report this with the program that triggered it")
         super().__init__(what, **kw)
+
+
+class ArtifactError(GraphportError, RuntimeError):
+    """A saved program cannot be written or read: a malformed, truncated, tampered or
+    hostile archive, an unknown format version, an operator or container type this process
+    has not registered, or weights that do not fit the program. A RuntimeError, as
+    torch.export.load's errors on a corrupt archive (the zip reader's, SerializeError) are."""
+
+    def __init__(self, what: str, **kw):
+        kw.setdefault("find_location", False)
+        super().__init__(what, **kw)
