@@ -18,11 +18,10 @@ from .values import Decoder, encode
 
 pytree = _torch.pytree
 _NAMEDTUPLE = "collections.namedtuple"
+LEAF = "*"
 
 
 def _type_name(typ: type) -> str:
-    if pytree.is_namedtuple_class(typ) and typ not in pytree.SUPPORTED_NODES:
-        return _NAMEDTUPLE
     entry = pytree.SUPPORTED_SERIALIZED_TYPES.get(typ)
     name = getattr(entry, "serialized_type_name", None)
     if name is None or name == "NO_SERIALIZED_TYPE_NAME_FOUND":
@@ -32,25 +31,26 @@ def _type_name(typ: type) -> str:
 
 def treespec_to_json(spec: Any) -> Any:
     if spec.is_leaf():
-        return None
+        return LEAF
     typ = spec.type
     name = _type_name(typ)
-    if name == _NAMEDTUPLE:
-        context = {"class": f"{typ.__module__}.{typ.__qualname__}", "fields": list(typ._fields)}
+    if name == _NAMEDTUPLE:   # one pytree node type for all named tuples; the class is the context
+        cls = spec.context
+        context = {"class": f"{cls.__module__}.{cls.__qualname__}", "fields": list(cls._fields)}
     else:
         context = encode(spec.context, f"the pytree context of a {typ.__qualname__}")
     return {"type": name, "context": context, "children": [treespec_to_json(c) for c in spec.children()]}
 
 
 def treespec_from_json(data: Any) -> Any:
-    if data is None:
+    if data == LEAF:
         return pytree.treespec_leaf()
     if not isinstance(data, dict) or not isinstance(data.get("type"), str) or not isinstance(data.get("children"), list):
         raise ArtifactError(f"malformed pytree spec {_short(data)}")
     name = data["type"]
     children = [treespec_from_json(c) for c in data["children"]]
     if name == _NAMEDTUPLE:
-        typ = context = _namedtuple(data.get("context"))   # pytree's context of a named tuple is its class
+        typ, context = pytree.SERIALIZED_TYPE_TO_PYTHON_TYPE[_NAMEDTUPLE], _namedtuple(data.get("context"))
     else:
         typ = pytree.SERIALIZED_TYPE_TO_PYTHON_TYPE.get(name)
         if typ is None or typ not in pytree.SUPPORTED_NODES:
