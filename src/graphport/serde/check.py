@@ -18,6 +18,7 @@ from ..capture.environment import capture_environment
 from ..errors import ArtifactError
 
 pytree = _torch.pytree
+_META = torch.device("meta")
 
 
 def check_graph(gm: fx.GraphModule) -> None:
@@ -34,6 +35,8 @@ def _check(gm: fx.GraphModule) -> None:
         if "val" not in node.meta:
             raise ArtifactError(f"node '{node.name}' has no recorded value (meta['val'])")
         args, kwargs = pytree.tree_map_only(fx.Node, _value_of, (node.args, node.kwargs))
+        # recorded values live on the meta device; so do the ones recomputed here
+        args, kwargs = pytree.tree_map_only(torch.device, lambda _: _META, (args, kwargs))
         try:
             got = node.target(*args, **kwargs)
         except Exception as e:   # the operator rejects its recorded arguments

@@ -77,14 +77,14 @@ def lookup_operator(qualname: str, node: str) -> Any:
     ns, sep, rest = qualname.partition("::")
     name, _, overload = rest.partition(".")
     if not sep or not all(_IDENT.match(p) for p in (ns, name, overload)) or ns.startswith("__") \
-            or hasattr(type(torch.ops), ns) or name.startswith("__") or overload.startswith("__"):
+            or hasattr(type(torch.ops), ns):
         raise ArtifactError(f"node '{node}': malformed operator name {_short(qualname)}")
     found = None
     try:
         found = getattr(getattr(getattr(torch.ops, ns), name), overload)
     except (AttributeError, RuntimeError):
         pass
-    if not isinstance(found, _torch.OpOverload):
+    if not isinstance(found, _torch.OpOverload) or found.name() not in (qualname, qualname.removesuffix(".default")):
         if ns in _BUILTIN_NAMESPACES:
             raise ArtifactError(f"node '{node}' calls {qualname}, which this torch ({torch.__version__}) does not "
                                 "have", fix="load the program with the torch version that saved it")
