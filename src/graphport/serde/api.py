@@ -102,8 +102,10 @@ def load(f: PathOrFile, *, extra_files: dict[str, Any] | None = None,
     reader = ArchiveReader(f)
     try:
         return _load(reader, extra_files, bound)
-    except GraphportError:
+    except ArtifactError:
         raise
+    except GraphportError as e:   # the program the archive describes does not hold together
+        raise ArtifactError(f"malformed graphport archive: {e.what}") from e
     except (KeyError, TypeError, ValueError, IndexError, AttributeError, RecursionError, OverflowError,
             RuntimeError, NotImplementedError, AssertionError, ZeroDivisionError, MemoryError) as e:
         raise ArtifactError(f"malformed graphport archive: {type(e).__name__}: {e}") from e
