@@ -126,7 +126,7 @@ def _load(reader: ArchiveReader, extra_files: dict | None, weights: dict | None)
             member = f"extra/{name}"
             if member in reader.members:
                 extra_files[name] = reader.read(member, reader.limits.max_extra_file_bytes).decode("utf-8", "replace")
-    check_graph(ep.graph_module)
+    check_graph(ep.graph_module, symbolic=doc.get("shape_env") is not None)
     try:
         verify(ep)
     except GraphportError as e:

@@ -23,6 +23,8 @@ import zlib
 from dataclasses import dataclass
 from typing import IO, Any, Iterable
 
+import numpy
+
 from ..errors import ArtifactError
 
 ALIGN = 64
@@ -207,20 +209,15 @@ def _seekable(f: IO[bytes], limits: Limits) -> IO[bytes]:
     return io.BytesIO(data)
 
 
-_STRUCTURE = re.compile(rb'"(?:[^"\\]|\\.)*"|[\[\]{}]', re.S)
+_STRING = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"', re.S)
 
 
 def json_depth(data: bytes) -> int:
     """The deepest nesting of arrays and objects (strings skipped), without recursion."""
-    depth = deepest = 0
-    for match in _STRUCTURE.finditer(data):
-        token = match.group()
-        if token in (b"[", b"{"):
-            depth += 1
-            deepest = max(deepest, depth)
-        elif token in (b"]", b"}"):
-            depth -= 1
-    return deepest
+    brackets = numpy.frombuffer(_STRING.sub(b'""', data), dtype=numpy.uint8)
+    steps = ((brackets == ord("[")) | (brackets == ord("{"))).astype(numpy.int64) \
+        - ((brackets == ord("]")) | (brackets == ord("}")))
+    return int(numpy.cumsum(steps).max(initial=0))
 
 
 def _refuse_constant(name: str):

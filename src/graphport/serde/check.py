@@ -21,8 +21,9 @@ pytree = _torch.pytree
 _META = torch.device("meta")
 
 
-def check_graph(gm: fx.GraphModule) -> None:
-    with capture_environment(None, symbolic=True):
+def check_graph(gm: fx.GraphModule, symbolic: bool) -> None:
+    """`symbolic`: the program has size symbols (torch's Python meta kernels handle them)."""
+    with capture_environment(None, symbolic=symbolic):
         _check(gm)
 
 
