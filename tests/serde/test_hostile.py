@@ -171,3 +171,23 @@ def test_unknown_container_type_names_it(archive):
 def test_not_an_exported_program():
     with pytest.raises(gp.ArtifactError, match="ExportedProgram"):
         gp.save(torch.nn.Linear(2, 2), io.BytesIO())
+
+
+def test_nothing_in_the_file_reaches_the_code_fx_compiles(archive, tmp_path):
+    marker = tmp_path / "ran"
+    payload = f"__import__('pathlib').Path({str(marker)!r}).touch()"
+
+    def kwarg_key(doc):
+        node = next(n for n in doc["graph"]["nodes"] if n["name"] == "relu")
+        node["kwargs"] = {f"x=0, **{{}}); {payload}; (": 1}
+    refused(with_doc(archive, kwarg_key), "identifiers")
+
+    def comment(doc):
+        node = next(n for n in doc["graph"]["nodes"] if n["name"] == "relu")
+        node["meta"]["custom"] = {"dict": [["k", f"x\r{payload}"]]}
+    refused(with_doc(archive, comment), "line break")
+
+    def placeholder_default(doc):
+        doc["graph"]["nodes"][0]["args"] = {"tuple": [4]}
+    refused(with_doc(archive, placeholder_default), "arguments")
+    assert not marker.exists()

@@ -70,6 +70,7 @@ def _atomic_write(path: str, write) -> None:
     folder = os.path.dirname(os.path.abspath(path))
     fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.", suffix=".tmp", dir=folder)
     try:
+        os.chmod(tmp, _file_mode(path))
         with os.fdopen(fd, "wb") as out:
             write(out)
             out.flush()
@@ -91,6 +92,16 @@ def _atomic_write(path: str, write) -> None:
         os.close(dir_fd)
 
 
+def _file_mode(path: str) -> int:
+    """The mode the target keeps (if it exists) or a new file gets (mkstemp's is private)."""
+    try:
+        return os.stat(path).st_mode & 0o777
+    except FileNotFoundError:
+        mask = os.umask(0)
+        os.umask(mask)
+        return 0o666 & ~mask
+
+
 def load(f: PathOrFile, *, extra_files: dict[str, Any] | None = None,
          weights: dict[str, torch.Tensor] | str | os.PathLike | None = None) -> ExportedProgram:
     """Read a program saved by `save`. No code from the file runs.
@@ -107,7 +118,7 @@ def load(f: PathOrFile, *, extra_files: dict[str, Any] | None = None,
     except GraphportError as e:   # the program the archive describes does not hold together
         raise ArtifactError(f"malformed graphport archive: {e.what}") from e
     except (KeyError, TypeError, ValueError, IndexError, AttributeError, RecursionError, OverflowError,
-            RuntimeError, NotImplementedError, AssertionError, ZeroDivisionError, MemoryError) as e:
+            RuntimeError, NotImplementedError, AssertionError, ZeroDivisionError, MemoryError, SyntaxError) as e:
         raise ArtifactError(f"malformed graphport archive: {type(e).__name__}: {e}") from e
     finally:
         reader.close()

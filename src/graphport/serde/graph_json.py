@@ -7,12 +7,14 @@ attribute's name.
 """
 from __future__ import annotations
 
+import keyword
 import re
 from typing import Any
 
 import torch
 import torch.fx as fx
 
+from .. import _torch
 from ..errors import ArtifactError
 from ..shapes.env import ShapeEnv
 from .symbolic import _short
@@ -22,6 +24,7 @@ from .values import Decoder, encode
 _OPS = ("placeholder", "call_function", "get_attr", "output")
 _ATTR = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*\Z")
 MAX_NESTING = 32
+pytree = _torch.pytree
 
 
 def graph_to_json(gm: fx.GraphModule) -> dict:
@@ -88,7 +91,7 @@ def _node(graph: fx.Graph, entry: Any, decoder: Decoder, subgraphs: dict, where:
     if not isinstance(entry, dict) or not isinstance(entry.get("name"), str) or entry.get("op") not in _OPS:
         raise ArtifactError(f"{where}: malformed node {_short(entry)}")
     name, op = entry["name"], entry["op"]
-    if not name.isidentifier() or name in decoder.nodes:
+    if not _identifier(name) or name in decoder.nodes:
         raise ArtifactError(f"{where}: node name {_short(name)} is not an identifier, or is used twice")
     decoder.context = f"node '{name}'"
     raw_target = entry.get("target")
@@ -98,7 +101,7 @@ def _node(graph: fx.Graph, entry: Any, decoder: Decoder, subgraphs: dict, where:
         if raw_target not in subgraphs:
             raise ArtifactError(f"node '{name}' reads the attribute {_short(raw_target)}, which is no saved subgraph")
         target = raw_target
-    elif op == "placeholder" and isinstance(raw_target, str) and raw_target.isidentifier():
+    elif op == "placeholder" and _identifier(raw_target):
         target = raw_target
     elif op == "output" and raw_target == "output":
         target = raw_target
@@ -108,12 +111,28 @@ def _node(graph: fx.Graph, entry: Any, decoder: Decoder, subgraphs: dict, where:
     kwargs = entry.get("kwargs")
     if not isinstance(args, tuple) or not isinstance(kwargs, dict) or not isinstance(entry.get("meta"), dict):
         raise ArtifactError(f"node '{name}': malformed arguments or metadata")
+    if not all(_identifier(k) for k in kwargs):   # fx writes them into the code it compiles
+        raise ArtifactError(f"node '{name}': keyword argument names must be identifiers")
     kwargs = {k: decoder.decode(v) for k, v in kwargs.items()}
-    if op == "output" and len(args) != 1:
-        raise ArtifactError(f"node '{name}': the output node takes one argument")
+    if op == "output" and (len(args) != 1 or kwargs) or op in ("placeholder", "get_attr") and (args or kwargs):
+        raise ArtifactError(f"node '{name}': a {op} node with arguments it cannot have")
     node = graph.create_node(op, target, args, kwargs, name=name)
     if node.name != name:
         raise ArtifactError(f"node name {_short(name)} is reserved or taken in the graph")
     for key, value in entry["meta"].items():
-        node.meta[key] = decoder.decode(value)
+        node.meta[key] = decoded = decoder.decode(value)
+        _check_comment_safe(decoded, name, key)
     return node
+
+
+def _identifier(name: Any) -> bool:
+    return isinstance(name, str) and name.isidentifier() and not keyword.iskeyword(name)
+
+
+def _check_comment_safe(value: Any, node: str, key: str) -> None:
+    """fx prints metadata (stack traces, annotations) as comments in the code it compiles:
+    a line break there would end the comment, so metadata strings may not hold one (stack
+    traces keep theirs, which fx splits on)."""
+    for leaf in pytree.tree_leaves(value):
+        if isinstance(leaf, str) and ("\r" in leaf or "\n" in leaf and key != "stack_trace"):
+            raise ArtifactError(f"node '{node}': meta['{key}'] holds a line break where none belongs")
