@@ -5,6 +5,7 @@ from __future__ import annotations
 import collections
 import dataclasses
 import io
+import json
 import zipfile
 
 import pytest
@@ -210,3 +211,23 @@ def test_symbolic_float_and_bool_values(tmp_path):
             return x * (x.shape[0] / 3)
     ep = gp.export(M(), (torch.randn(6, 2),), dynamic_shapes={"x": {0: gp.Dim("n", min=2, max=30)}})
     round_trip(ep, tmp_path, ((torch.randn(9, 2),), {}))
+
+
+@torch.library.custom_op("gpserde::scale_add", mutates_args=())
+def scale_add(x: torch.Tensor, y: torch.Tensor, alpha: float) -> torch.Tensor:
+    return x * alpha + y
+
+
+@scale_add.register_fake
+def _(x, y, alpha):
+    return torch.empty_like(x)
+
+
+def test_custom_op_round_trips_and_is_listed(tmp_path):
+    class M(torch.nn.Module):
+        def forward(self, x):
+            return scale_add(x, x.cos(), 0.5)
+    ep = gp.export(M(), (torch.randn(4, 3),), dynamic_shapes={"x": {0: gp.Dim("n", max=16)}})
+    round_trip(ep, tmp_path, ((torch.randn(7, 3),), {}))
+    with zipfile.ZipFile(io.BytesIO(saved(ep))) as zf:
+        assert json.loads(zf.read("graphport.json"))["custom_ops"] == ["gpserde::scale_add.default"]

@@ -21,7 +21,7 @@ from ..signature import (ConstantArgument, ExportGraphSignature, InputKind, Inpu
 from .graph_json import graph_from_json, graph_to_json
 from .state import TensorBinder, TensorTable
 from .symbolic import _short, env_from_json, env_to_json, expr_from_json, expr_to_json, range_from_json, range_to_json
-from .targets import custom_namespace, lookup_operator
+from .targets import custom_namespace, lookup_operator, qualified_name
 from .treespec import treespec_from_json, treespec_to_json
 from .values import Decoder, dtype_name, encode
 
@@ -83,7 +83,7 @@ def _custom_ops(gm) -> list[str]:
         if hasattr(module, "graph"):
             for n in module.graph.nodes:
                 if n.op == "call_function" and custom_namespace(n.target) is not None:
-                    found.add(n.target.name())
+                    found.add(qualified_name(n.target))
     return sorted(found)
 
 

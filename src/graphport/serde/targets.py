@@ -33,9 +33,14 @@ _IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 _BUILTIN_NAMESPACES = frozenset({"aten", "prims", "prim", "quantized", "_quantized", "rngprims", "debugprims"})
 
 
+def qualified_name(op: Any) -> str:
+    """`ns::name.overload`, with `.default` spelled out."""
+    return op.name() if "." in op.name() else f"{op.name()}.default"
+
+
 def target_to_json(target: Any, node: str) -> dict:
     if isinstance(target, _torch.OpOverload):
-        return {"op": target.name() if "." in target.name() else f"{target.name()}.default"}
+        return {"op": qualified_name(target)}
     if isinstance(target, _torch.HigherOrderOperator):
         return {"hop": target.name()}
     name = _PYTHON_NAMES.get(id(target))
