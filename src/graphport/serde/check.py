@@ -15,31 +15,31 @@ import torch.fx as fx
 
 from .. import _torch
 from ..capture.environment import capture_environment
+from ..capture.meta_cache import MetaCache
 from ..errors import ArtifactError
 
-pytree = _torch.pytree
 _META = torch.device("meta")
 
 
 def check_graph(gm: fx.GraphModule, symbolic: bool) -> None:
     """`symbolic`: the program has size symbols (torch's Python meta kernels handle them)."""
     with capture_environment(None, symbolic=symbolic):
-        _check(gm)
+        _check(gm, MetaCache())
 
 
-def _check(gm: fx.GraphModule) -> None:
+def _check(gm: fx.GraphModule, cache: MetaCache) -> None:
+    """Layers repeat: a call is recomputed once per distinct argument metadata (`cache`)."""
     for node in gm.graph.nodes:
         if node.op == "get_attr":
-            _check(getattr(gm, node.target))
+            _check(getattr(gm, node.target), cache)
         if node.op != "call_function" or isinstance(node.target, _torch.HigherOrderOperator):
             continue
         if "val" not in node.meta:
             raise ArtifactError(f"node '{node.name}' has no recorded value (meta['val'])")
-        args, kwargs = pytree.tree_map_only(fx.Node, _value_of, (node.args, node.kwargs))
         # recorded values live on the meta device; so do the ones recomputed here
-        args, kwargs = pytree.tree_map_only(torch.device, lambda _: _META, (args, kwargs))
+        args, kwargs = fx.node.map_aggregate((node.args, node.kwargs), _meta_value)
         try:
-            got = node.target(*args, **kwargs)
+            got = cache.run(node.target, args, kwargs, lambda: node.target(*args, **kwargs))
         except Exception as e:   # the operator rejects its recorded arguments
             raise ArtifactError(f"node '{node.name}' ({node.target}) cannot be recomputed from its inputs: "
                                 f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}") from None
@@ -49,10 +49,12 @@ def _check(gm: fx.GraphModule) -> None:
                                 "with or is inconsistent")
 
 
-def _value_of(node: fx.Node) -> Any:
-    if "val" not in node.meta:
-        raise ArtifactError(f"node '{node.name}' has no recorded value (meta['val'])")
-    return node.meta["val"]
+def _meta_value(value: Any) -> Any:
+    if isinstance(value, fx.Node):
+        if "val" not in value.meta:
+            raise ArtifactError(f"node '{value.name}' has no recorded value (meta['val'])")
+        return value.meta["val"]
+    return _META if isinstance(value, torch.device) else value
 
 
 def _difference(recorded: Any, computed: Any) -> str | None:

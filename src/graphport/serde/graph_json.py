@@ -14,7 +14,6 @@ from typing import Any
 import torch
 import torch.fx as fx
 
-from .. import _torch
 from ..errors import ArtifactError
 from ..shapes.env import ShapeEnv
 from .symbolic import _short
@@ -24,7 +23,6 @@ from .values import Decoder, encode
 _OPS = ("placeholder", "call_function", "get_attr", "output")
 _ATTR = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*\Z")
 MAX_NESTING = 32
-pytree = _torch.pytree
 
 
 def graph_to_json(gm: fx.GraphModule) -> dict:
@@ -133,6 +131,13 @@ def _check_comment_safe(value: Any, node: str, key: str) -> None:
     """fx prints metadata (stack traces, annotations) as comments in the code it compiles:
     a line break there would end the comment, so metadata strings may not hold one (stack
     traces keep theirs, which fx splits on)."""
-    for leaf in pytree.tree_leaves(value):
-        if isinstance(leaf, str) and ("\r" in leaf or "\n" in leaf and key != "stack_trace"):
+    if isinstance(value, str):
+        if "\r" in value or "\n" in value and key != "stack_trace":
             raise ArtifactError(f"node '{node}': meta['{key}'] holds a line break where none belongs")
+    elif isinstance(value, (list, tuple)):
+        for item in value:
+            _check_comment_safe(item, node, key)
+    elif isinstance(value, dict):
+        for k, item in value.items():
+            _check_comment_safe(k, node, key)
+            _check_comment_safe(item, node, key)
