@@ -23,7 +23,7 @@ import zlib
 from dataclasses import dataclass
 from typing import IO, Any, Iterable
 
-import numpy
+import torch
 
 from ..errors import ArtifactError
 
@@ -214,10 +214,13 @@ _STRING = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"', re.S)
 
 def json_depth(data: bytes) -> int:
     """The deepest nesting of arrays and objects (strings skipped), without recursion."""
-    brackets = numpy.frombuffer(_STRING.sub(b'""', data), dtype=numpy.uint8)
-    steps = ((brackets == ord("[")) | (brackets == ord("{"))).astype(numpy.int64) \
-        - ((brackets == ord("]")) | (brackets == ord("}")))
-    return int(numpy.cumsum(steps).max(initial=0))
+    text = bytearray(_STRING.sub(b'""', data))
+    if not text:
+        return 0
+    chars = torch.frombuffer(text, dtype=torch.uint8)
+    steps = ((chars == ord("[")) | (chars == ord("{"))).to(torch.int64) \
+        - ((chars == ord("]")) | (chars == ord("}"))).to(torch.int64)
+    return max(int(torch.cumsum(steps, 0).max()), 0)
 
 
 def _refuse_constant(name: str):
