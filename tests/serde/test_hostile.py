@@ -191,3 +191,9 @@ def test_nothing_in_the_file_reaches_the_code_fx_compiles(archive, tmp_path):
         doc["graph"]["nodes"][0]["args"] = {"tuple": [4]}
     refused(with_doc(archive, placeholder_default), "arguments")
     assert not marker.exists()
+
+
+def test_huge_powers_in_size_expressions_are_refused(archive):
+    def power(doc):
+        doc["range_constraints"][0][0] = ["pow", ["int", 10], ["int", 10**9]]
+    refused(with_doc(archive, power), "power")

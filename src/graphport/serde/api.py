@@ -9,12 +9,12 @@ verifier.
 """
 from __future__ import annotations
 
-import io
 import os
 import tempfile
 from typing import IO, Any
 
 import torch
+from safetensors.torch import load_file
 
 from ..errors import ArtifactError, GraphportError
 from ..passes.verifier import verify
@@ -149,7 +149,6 @@ def _weights(weights) -> dict[str, torch.Tensor] | None:
     if weights is None or isinstance(weights, dict):
         return weights
     if isinstance(weights, (str, os.PathLike)):
-        from safetensors.torch import load_file
         try:
             return load_file(os.fspath(weights))
         except (OSError, ValueError, RuntimeError) as e:

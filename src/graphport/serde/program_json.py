@@ -136,8 +136,10 @@ def check_version(doc: Any) -> None:
 
 def program_from_json(doc: dict, binder: TensorBinder, weights: dict[str, torch.Tensor] | None) -> ExportedProgram:
     check_version(doc)
-    for name in _list(doc, "custom_ops"):
-        lookup_operator(name, f"(custom op list) {name}") if isinstance(name, str) else _fail("custom_ops")
+    for name in _list(doc, "custom_ops"):   # every custom op named up front, before the graph
+        if not isinstance(name, str):
+            _fail("custom_ops")
+        lookup_operator(name, f"(custom op list) {name}")
     env = env_from_json(doc["shape_env"]) if doc.get("shape_env") is not None else None
     gm = graph_from_json(doc.get("graph"), env)
     signature = _signature(doc.get("signature"))

@@ -18,6 +18,7 @@ from ..errors import ArtifactError
 from ..shapes.contract import size_symbol
 from ..shapes.env import ShapeEnv, SymbolInfo
 from ..shapes.expr import INF, FloorDiv, Mod, ValueRange
+from ..shapes.node import _PYTHON as RECIPE_OPERATIONS
 from ..shapes.node import Opaque, SymNode
 
 # Operations by name: how each is rebuilt. Relations keep their written form (evaluate=False).
@@ -71,11 +72,24 @@ def expr_from_json(data: Any) -> sympy.Basic:
     if head == "float" and len(rest) == 1 and isinstance(rest[0], str):
         return sympy.Float(_parse_float(rest[0]))
     args = [expr_from_json(a) for a in rest]
+    if head == "pow" and (len(args) != 2 or not _small_exponent(args[1])):
+        raise ArtifactError(f"a size expression raises to the power {_short(rest[1:])}; sizes only use small powers")
     if head in _RELATIONS and len(args) == 2:
         return _RELATIONS[head](*args, evaluate=False)
     if head in _FUNCTIONS and args:
         return _FUNCTIONS[head](*args)
     raise ArtifactError(f"unknown size expression operation {_short(head)} with {len(rest)} operands")
+
+
+_MAX_EXPONENT = 64
+
+
+def _small_exponent(exponent: Any) -> bool:
+    """Powers in sizes are small (squares, square roots): a huge one would make sympy or the
+    hint's replay compute for ever on a hostile file."""
+    if isinstance(exponent, sympy.Basic):
+        return bool(exponent.is_Rational) and abs(exponent) <= _MAX_EXPONENT
+    return isinstance(exponent, (int, float)) and abs(exponent) <= _MAX_EXPONENT
 
 
 def _parse_float(text: str) -> float:
@@ -173,10 +187,15 @@ def symnode_from_json(data: Any, env: ShapeEnv) -> SymNode:
 
 def _check_recipe(node: SymNode) -> None:
     """A recipe names one of the operations SymNode replays (no other code is reachable)."""
-    from ..shapes import node as node_module
-    op = node.recipe[0]
-    if op != "const" and op not in node_module._PYTHON:
+    op, *args = node.recipe
+    if op != "const" and op not in RECIPE_OPERATIONS:
         raise ArtifactError(f"unknown operation {_short(op)} in a symbolic value's recipe")
+    if op in ("pow", "float_pow") and len(args) == 2 and not isinstance(args[1], SymNode) \
+            and not _small_exponent(args[1]):
+        raise ArtifactError(f"a symbolic value's recipe raises to the power {_short(args[1])}")
+    if op in ("pow", "float_pow") and len(args) == 2 and isinstance(args[1], SymNode) \
+            and not _small_exponent(args[1]._expr):
+        raise ArtifactError("a symbolic value's recipe raises to a power that is not a small constant")
 
 
 def sym_to_json(value: torch.SymInt | torch.SymFloat | torch.SymBool) -> dict:

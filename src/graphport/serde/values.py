@@ -81,13 +81,9 @@ def _tensor_meta(t: torch.Tensor, where: str) -> dict:
     if t.device.type != "meta":
         raise ArtifactError(f"cannot save {where}: it holds a tensor with data on {t.device}; node values must be "
                             "meta tensors")
-    return {"dtype": _DTYPE_NAMES[t.dtype], "shape": [_size(s, where) for s in t.shape],
-            "stride": [_size(s, where) for s in t.stride()], "offset": _size(t.storage_offset(), where),
+    return {"dtype": _DTYPE_NAMES[t.dtype], "shape": [encode(s, where) for s in t.shape],
+            "stride": [encode(s, where) for s in t.stride()], "offset": encode(t.storage_offset(), where),
             "requires_grad": t.requires_grad}
-
-
-def _size(s, where: str):
-    return encode(s, where)
 
 
 class Decoder:
