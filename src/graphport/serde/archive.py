@@ -25,7 +25,7 @@ from typing import IO, Any, Iterable
 
 import torch
 
-from ..errors import ArtifactError
+from ..errors import ArtifactError, InternalError
 
 ALIGN = 64
 _EPOCH = (1980, 1, 1, 0, 0, 0)
@@ -71,7 +71,7 @@ class ArchiveWriter:
                 out.write(chunk)
                 written += len(chunk)
         if written != size:
-            raise ArtifactError(f"internal: member {name} declared {size} bytes but {written} were written")
+            raise InternalError(f"archive member {name} declared {size} bytes but {written} were written")
 
     def close(self) -> None:
         self._zip.close()
