@@ -4,6 +4,7 @@ The public API mirrors `torch.export`, so switching is a change of import.
 """
 from .errors import (
     CommandLineError,
+    ArtifactError,
     ConstraintViolationError,
     ControlFlowError,
     DataDependentError,
@@ -28,6 +29,7 @@ from .shapes.dims import Dim, ShapesCollection, dims
 from .passes.verifier import verify
 from .control_flow import cond, map, scan, while_loop
 from .check import CheckReport, check
+from .serde import load, save
 
 __all__ = [
     "export", "Dim", "dims", "ShapesCollection", "refine_dynamic_shapes_from_suggested_fixes", "ExportedProgram", "ExportGraphSignature", "InputKind", "InputSpec", "OutputKind",
@@ -37,4 +39,5 @@ __all__ = [
     "ConstraintViolationError", "InternalError",
     "ControlFlowError", "cond", "map", "while_loop", "scan",
     "check", "CheckReport", "CommandLineError",
+    "save", "load", "ArtifactError",
 ]

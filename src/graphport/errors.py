@@ -121,3 +121,14 @@ class CommandLineError(UserError, ValueError):
     """The `graphport` command line was given something it cannot use: an entry point that
     does not import, a file that does not exist, a malformed --dynamic. A ValueError, as
     argparse's own type checks raise."""
+
+
+class ArtifactError(GraphportError, RuntimeError):
+    """A saved program cannot be written or read: a malformed, truncated, tampered or
+    hostile archive, an unknown format version, an operator or container type this process
+    has not registered, or weights that do not fit the program. A RuntimeError, as
+    torch.export.load's errors on a corrupt archive (the zip reader's, SerializeError) are."""
+
+    def __init__(self, what: str, **kw):
+        kw.setdefault("find_location", False)
+        super().__init__(what, **kw)

@@ -1,0 +1,18 @@
+"""Saving and loading exported programs: a zip of JSON and safetensors, no pickle.
+
+    archive.py       the zip container: deterministic writing, defensive reading
+    weights.py       weights.safetensors: aligned, memory-mapped on load
+    state.py         tensor descriptions, deduplication, binding weights given at load
+    symbolic.py      size expressions, symbolic values, the shape environment
+    values.py        node arguments and metadata
+    targets.py       call targets, looked up among registered operators
+    treespec.py      pytree specs of inputs and outputs
+    graph_json.py    fx graphs and their subgraphs
+    program_json.py  the whole program (graphport.json)
+    check.py         load-time recomputation of every node's value
+    schema.py        the JSON Schema of graphport.json and a validator for it
+    api.py           save / load
+"""
+from .api import load, save
+
+__all__ = ["save", "load"]

@@ -1,0 +1,156 @@
+"""graphport.save and graphport.load.
+
+save writes the archive to a temporary file in the target's folder, flushes and syncs
+it, then renames it over the target: a reader (or a crash) sees the old file or the new
+one, never a partial one. load reads nothing but data: it checks the archive, rebuilds
+the program from fixed tables and registered operators, recomputes every node's shapes
+and dtypes on meta values to check the graph against its own metadata, and runs the IR
+verifier.
+"""
+from __future__ import annotations
+
+import os
+import tempfile
+from typing import IO, Any
+
+import torch
+from safetensors.torch import load_file
+
+from ..errors import ArtifactError, GraphportError
+from ..passes.verifier import verify
+from ..program import ExportedProgram
+from .archive import ArchiveReader, ArchiveWriter, dump_json
+from .check import check_graph
+from .program_json import program_from_json, program_to_json
+from .state import TensorBinder, TensorTable
+from .weights import MEMBER as WEIGHTS, decode_safetensors, encode_safetensors
+
+PathOrFile = str | os.PathLike | IO[bytes]
+
+
+def save(ep: ExportedProgram, f: PathOrFile, *, extra_files: dict[str, str | bytes] | None = None) -> None:
+    """Write `ep` to `f` (a path or a binary file object) as a graphport archive.
+
+    `extra_files` (name -> text or bytes) are stored beside the program, as torch.export.save's."""
+    if not isinstance(ep, ExportedProgram):
+        raise ArtifactError(f"save expects a graphport ExportedProgram, got a {type(ep).__qualname__}",
+                            fix="pass the program graphport.export returned")
+    extras = _extra_bytes(extra_files or {})
+    table = TensorTable()
+    doc = dump_json(program_to_json(ep, table, sorted(extras)))
+    if isinstance(f, (str, os.PathLike)):
+        _atomic_write(os.fspath(f), lambda out: _write(out, doc, table, extras))
+    else:
+        _write(f, doc, table, extras)
+
+
+def _extra_bytes(extra_files: dict) -> dict[str, bytes]:
+    out = {}
+    for name, content in extra_files.items():
+        if not isinstance(name, str) or not name or "/" in name or "\\" in name or name in (".", "..") \
+                or not all(c.isalnum() or c in "_.-" for c in name) or not name.isascii() or len(name) > 200:
+            raise ArtifactError(f"extra file name {name!r} is not a plain file name",
+                                fix="use letters, digits, '_', '.' and '-' only")
+        out[name] = content.encode("utf-8") if isinstance(content, str) else bytes(content)
+    return out
+
+
+def _write(out: IO[bytes], doc: bytes, table: TensorTable, extras: dict[str, bytes]) -> None:
+    writer = ArchiveWriter(out)
+    writer.add("graphport.json", [doc], len(doc))
+    if table.data:
+        size, chunks = encode_safetensors(table.data)
+        writer.add(WEIGHTS, chunks, size, align=True)
+    for name in sorted(extras):
+        writer.add(f"extra/{name}", [extras[name]], len(extras[name]))
+    writer.close()
+
+
+def _atomic_write(path: str, write) -> None:
+    folder = os.path.dirname(os.path.abspath(path))
+    fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.", suffix=".tmp", dir=folder)
+    try:
+        os.chmod(tmp, _file_mode(path))
+        with os.fdopen(fd, "wb") as out:
+            write(out)
+            out.flush()
+            os.fsync(out.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except FileNotFoundError:
+            pass
+        raise
+    try:   # make the rename itself durable
+        dir_fd = os.open(folder, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(dir_fd)
+    finally:
+        os.close(dir_fd)
+
+
+def _file_mode(path: str) -> int:
+    """The mode the target keeps (if it exists) or a new file gets (mkstemp's is private)."""
+    try:
+        return os.stat(path).st_mode & 0o777
+    except FileNotFoundError:
+        mask = os.umask(0)
+        os.umask(mask)
+        return 0o666 & ~mask
+
+
+def load(f: PathOrFile, *, extra_files: dict[str, Any] | None = None,
+         weights: dict[str, torch.Tensor] | str | os.PathLike | None = None) -> ExportedProgram:
+    """Read a program saved by `save`. No code from the file runs.
+
+    `extra_files`: its keys are filled in with the saved extra files' text (as torch.export.load).
+    `weights`: a state dict or a safetensors path binding the weights of a program saved as
+    structure only (exported on the meta device); they may also replace stored ones."""
+    bound = _weights(weights)
+    reader = ArchiveReader(f)
+    try:
+        return _load(reader, extra_files, bound)
+    except ArtifactError:
+        raise
+    except GraphportError as e:   # the program the archive describes does not hold together
+        raise ArtifactError(f"malformed graphport archive: {e.what}") from e
+    except (KeyError, TypeError, ValueError, IndexError, AttributeError, RecursionError, OverflowError,
+            RuntimeError, NotImplementedError, AssertionError, ZeroDivisionError, MemoryError, SyntaxError) as e:
+        raise ArtifactError(f"malformed graphport archive: {type(e).__name__}: {e}") from e
+    finally:
+        reader.close()
+
+
+def _load(reader: ArchiveReader, extra_files: dict | None, weights: dict | None) -> ExportedProgram:
+    doc = reader.read_json("graphport.json")
+    stored = decode_safetensors(reader) if WEIGHTS in reader.members else {}
+    ep = program_from_json(doc, TensorBinder(stored), weights)
+    declared = doc.get("extra_files")
+    if not isinstance(declared, list) or sorted(f"extra/{n}" for n in declared if isinstance(n, str)) != \
+            sorted(m for m in reader.members if m.startswith("extra/")):
+        raise ArtifactError("graphport.json's list of extra files does not match the archive's members")
+    if extra_files is not None:
+        for name in list(extra_files):
+            member = f"extra/{name}"
+            if member in reader.members:
+                extra_files[name] = reader.read(member, reader.limits.max_extra_file_bytes).decode("utf-8", "replace")
+    check_graph(ep.graph_module, symbolic=doc.get("shape_env") is not None)
+    try:
+        verify(ep)
+    except GraphportError as e:
+        raise ArtifactError(f"the loaded program breaks the IR contract: {e.what}") from None
+    return ep
+
+
+def _weights(weights) -> dict[str, torch.Tensor] | None:
+    if weights is None or isinstance(weights, dict):
+        return weights
+    if isinstance(weights, (str, os.PathLike)):
+        try:
+            return load_file(os.fspath(weights))
+        except (OSError, ValueError, RuntimeError) as e:
+            raise ArtifactError(f"cannot read the weights file {os.fspath(weights)}: {e}") from None
+    raise ArtifactError(f"weights must be a state dict or a safetensors path, got a {type(weights).__qualname__}")

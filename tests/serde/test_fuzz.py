@@ -1,0 +1,38 @@
+"""A few thousand mutated archives: load either returns a program or raises ArtifactError.
+(scripts/fuzz_artifact.py runs the same mutations for as long as you like.)"""
+from __future__ import annotations
+
+import io
+import random
+
+import torch
+
+import graphport as gp
+from .helpers import saved
+from .mutations import mutate
+
+
+class Small(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = torch.nn.Linear(4, 3)
+        self.register_buffer("steps", torch.zeros((), dtype=torch.int64))
+
+    def forward(self, x):
+        self.steps.add_(1)
+        return self.lin(x).relu() * (x.shape[0] // 2), x.sum(1)
+
+
+def test_mutated_archives_load_or_raise_artifact_error():
+    ep = gp.export(Small(), (torch.randn(5, 4),), dynamic_shapes={"x": {0: gp.Dim("n", min=2, max=32)}})
+    archive = saved(ep)
+    rng = random.Random(12)
+    outcomes = {"loaded": 0, "refused": 0}
+    for _ in range(2000):
+        case = mutate(archive, rng)
+        try:
+            gp.load(io.BytesIO(case))
+            outcomes["loaded"] += 1
+        except gp.ArtifactError:
+            outcomes["refused"] += 1
+    assert outcomes["refused"] > 1000 and outcomes["loaded"] > 0
