@@ -3,6 +3,7 @@
 The public API mirrors `torch.export`, so switching is a change of import.
 """
 from .errors import (
+    CallSignatureError,
     ConstraintViolationError,
     DataDependentError,
     GraphportError,
@@ -24,6 +25,7 @@ from .pytree import register_dataclass
 from .shapes.check import refine_dynamic_shapes_from_suggested_fixes
 from .shapes.dims import Dim, ShapesCollection, dims
 from .passes.verifier import verify
+from .unflatten import unflatten
 
 __all__ = [
     "export", "Dim", "dims", "ShapesCollection", "refine_dynamic_shapes_from_suggested_fixes", "ExportedProgram", "ExportGraphSignature", "InputKind", "InputSpec", "OutputKind",
@@ -31,4 +33,5 @@ __all__ = [
     "GraphportError", "UserError", "DataDependentError", "UnsupportedOperatorError",
     "UnsupportedInputError", "InputMismatchError", "InputGuardError", "InputStructureError", "InvalidDimError", "OperatorError", "UnsupportedFeatureError",
     "ConstraintViolationError", "InternalError",
+    "unflatten", "CallSignatureError",
 ]
