@@ -54,6 +54,8 @@ class UnflattenedModule(torch.nn.Module):
         flat = self.__dict__["_gp_checker"]._check_inputs(args, kwargs)
         return pytree.tree_unflatten(list(run(self, self.graph, flat)), self._out_spec)
 
+    __getitem__ = InterpreterModule.__getitem__
+
     def set_submodule(self, target: str, module: torch.nn.Module, strict: bool = False) -> None:
         """Swap a submodule; one whose signature was preserved must accept its calling convention."""
         signature = self.preserved.get(target)
@@ -122,7 +124,8 @@ def _keys(tree: CallTree, graphs: dict[Call, fx.Graph]) -> dict[Call, str]:
         lines = []
         for node in graph.nodes:
             args = fx.node.map_arg((node.args, node.kwargs), lambda n: f"%{index[n]}")
-            target = key(node.meta["gp_call"]) if node.op == "call_module" else node.target
+            target = key(node.meta["gp_call"]) if node.op == "call_module" else \
+                "" if node.op == "placeholder" else node.target
             lines.append(f"{node.op} {target} {args} {node.meta.get('gp_absolute')}")
         keys[call] = "\n".join(lines)
         return keys[call]
