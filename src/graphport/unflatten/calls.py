@@ -244,7 +244,7 @@ def _write(tree: CallTree, value: fx.Node, target: str) -> None:
     last_read = max((tree.position[u] for u in placeholder.users if u.op != "output"), default=-1)
     home = tree.owner[value]
     writer = tree.root
-    if last_read < tree.position[value] and value.op != "placeholder":
+    if last_read <= tree.position[value] and value.op != "placeholder":
         writer = next((c for c in home.ancestors() if c.owns(target) or c.signature is not None), tree.root)
     _use(tree, value, writer)
     _use(tree, placeholder, writer)
