@@ -223,3 +223,31 @@ def test_module_that_ran_nothing_says_so():
     unflat = gp.unflatten(gp.export(Holder(), (torch.randn(2, 4),)))
     with pytest.raises(gp.UnsupportedFeatureError, match="ran no operation"):
         unflat.lin(torch.randn(2, 4))
+
+
+class CallsSibling(nn.Module):
+    """A module calling a module outside its own subtree (a plain reference to a sibling)."""
+
+    def __init__(self):
+        super().__init__()
+        self.enc = nn.Linear(4, 4)
+        self.dec = UsesSibling(self.enc)
+
+    def forward(self, x):
+        return self.dec(x)
+
+
+class UsesSibling(nn.Module):
+    def __init__(self, enc: nn.Linear):
+        super().__init__()
+        self.__dict__["enc"] = enc
+        self.out = nn.Linear(4, 2)
+
+    def forward(self, x):
+        return self.out(self.enc(x).relu())
+
+
+def test_module_calling_a_sibling_it_does_not_own():
+    _, unflat = check_unflatten(CallsSibling(), (torch.randn(2, 4),))
+    targets = [n.target for n in unflat.dec.graph.nodes if n.op == "call_module"]
+    assert targets == ["enc", "out"]

@@ -137,9 +137,14 @@ def _keys(tree: CallTree, graphs: dict[Call, fx.Graph]) -> dict[Call, str]:
 
 def _assign(owner: torch.nn.Module, call: Call, graphs: dict[Call, fx.Graph], modules: dict[str, torch.nn.Module],
             keys: dict[Call, str], assigned: dict[str, str] | None = None) -> None:
-    """Give each call's graph to a module, top down, naming the call_module targets."""
+    """Give each call's graph to a module, top down, naming the call_module targets.
+
+    A target is the callee's path relative to the caller's module; a module that calls one
+    outside its own subtree (a sibling it holds a plain reference to) calls it by its path
+    from the root."""
     assigned = {} if assigned is None else assigned      # fqn -> key of the graph its module holds
-    claimed: set[str] = set()                            # child names this call already calls
+    claimed: set[tuple[int, str]] = set()               # (container, child name) this call already calls
+    root = owner.__dict__["_gp_root"]
     for node in graphs[call].nodes:
         if node.op != "call_module":
             continue
@@ -147,12 +152,15 @@ def _assign(owner: torch.nn.Module, call: Call, graphs: dict[Call, fx.Graph], mo
         module = modules[child.fqn]
         if assigned.setdefault(child.fqn, keys[child]) != keys[child]:
             module = clone_for_call(module)
-        name = child.fqn.rpartition(".")[2]
-        if name in claimed and owner._modules[name] is not module:
+        inside = not call.fqn or child.fqn.startswith(call.fqn + ".")
+        path, _, name = (call.relative(child.fqn) if inside else child.fqn).rpartition(".")
+        container = (owner if inside else root).get_submodule(path)
+        if (id(container), name) in claimed and container._modules[name] is not module:
             name = f"{name}@{child.index}"
-        owner.add_module(name, module)   # a clone's first call of a child replaces the child it copied
-        claimed.add(name)
-        node.target = name
+        container.add_module(name, module)   # a clone's first call of a child replaces the child it copied
+        claimed.add((id(container), name))
+        node.target = f"{path}.{name}" if path else name
+        node.meta["gp_absolute"] = not inside
         if module.graph is None or module is not modules[child.fqn]:
             module.graph = graphs[child]
             module.signature = child.signature

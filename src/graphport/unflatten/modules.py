@@ -15,7 +15,7 @@ import torch
 import torch.fx as fx
 
 from .. import _torch
-from ..errors import UnsupportedFeatureError
+from ..errors import InternalError, UnsupportedFeatureError
 from .convention import check_accepts, structure_mismatch
 
 pytree = _torch.pytree
@@ -111,11 +111,11 @@ def run(module: torch.nn.Module, graph: fx.Graph, args) -> tuple:
                 env[node] = _attribute(module, node.target)
         elif op == "call_module":
             a, k = pytree.tree_map_only(fx.Node, env.__getitem__, (node.args, node.kwargs))
-            sub = getattr(module, node.target)
+            sub = _attribute(module.__dict__["_gp_root"] if node.meta.get("gp_absolute") else module, node.target)
             call = node.meta["gp_call"]
             if call.signature is not None and not (isinstance(sub, InterpreterModule) and sub.signature is call.signature):
                 check_accepts(call.fqn, call.signature, sub, a, k)   # a module the user swapped in
             env[node] = sub(*a, **k)
         elif op == "output":
             return fx.node.map_arg(node.args[0], env.__getitem__)
-    raise AssertionError("a graph without an output node")
+    raise InternalError("unflatten: a call's graph has no output node")
