@@ -10,6 +10,8 @@ is never run again.
 """
 from __future__ import annotations
 
+import inspect
+
 import torch
 import torch.fx as fx
 
@@ -29,7 +31,28 @@ def unflatten(ep) -> "UnflattenedModule":
     """An nn.Module with the exported module's hierarchy, state at its original names, and
     forward computing what `ep.module()` computes; submodules exported with a preserved call
     signature keep their calling convention and can be swapped (`set_submodule`)."""
-    return UnflattenedModule(ep)
+    return _with_original_arguments(ep)(ep)
+
+
+def _with_original_arguments(ep) -> type:
+    """UnflattenedModule whose forward shows the exported call's argument names, so that
+    `inspect.signature` (and a dynamic_shapes spec keyed by name) sees them."""
+    call = ep.call_spec
+    if call.in_spec is None or not call.forward_arg_names:
+        return UnflattenedModule
+    args_spec, kwargs_spec = call.in_spec.children()
+    names = list(call.forward_arg_names)[:args_spec.num_children]
+    if len(names) < args_spec.num_children or not all(n.isidentifier() for n in names):
+        return UnflattenedModule
+    params = [inspect.Parameter("self", inspect.Parameter.POSITIONAL_OR_KEYWORD)]
+    params += [inspect.Parameter(n, inspect.Parameter.POSITIONAL_OR_KEYWORD) for n in names]
+    params += [inspect.Parameter(k, inspect.Parameter.KEYWORD_ONLY) for k in kwargs_spec.context or []
+               if isinstance(k, str) and k.isidentifier() and k not in names]
+
+    def forward(self, *args, **kwargs):
+        return UnflattenedModule.forward(self, *args, **kwargs)
+    forward.__signature__ = inspect.Signature(params)
+    return type("UnflattenedModule", (UnflattenedModule,), {"forward": forward, "__module__": __name__})
 
 
 class UnflattenedModule(torch.nn.Module):
@@ -51,7 +74,10 @@ class UnflattenedModule(torch.nn.Module):
         _assign(self, tree.root, graphs, modules, _keys(tree, graphs))
 
     def forward(self, *args, **kwargs):
-        flat = self.__dict__["_gp_checker"]._check_inputs(args, kwargs)
+        if torch.compiler.is_exporting():   # exported again: the new capture checks its own inputs
+            flat = pytree.tree_leaves((args, kwargs))
+        else:
+            flat = self.__dict__["_gp_checker"]._check_inputs(args, kwargs)
         return pytree.tree_unflatten(list(run(self, self.graph, flat)), self._out_spec)
 
     __getitem__ = InterpreterModule.__getitem__

@@ -21,6 +21,7 @@ from .convention import check_accepts, structure_mismatch
 pytree = _torch.pytree
 
 _CLASSES: dict[str, type] = {}
+_SYM_SIZE = torch.ops.aten.sym_size.int
 
 
 class InterpreterModule(torch.nn.Module):
@@ -99,7 +100,8 @@ def run(module: torch.nn.Module, graph: fx.Graph, args) -> tuple:
         op = node.op
         if op == "call_function":
             a, k = fx.node.map_arg((node.args, node.kwargs), env.__getitem__)
-            env[node] = node.target(*a, **k)
+            # a size is read off the tensor: under a new export it stays a symbolic size, not a recorded call
+            env[node] = a[0].size(a[1]) if node.target is _SYM_SIZE else node.target(*a, **k)
         elif op == "placeholder":
             env[node] = next(values)
         elif op == "get_attr":
