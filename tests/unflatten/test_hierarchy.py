@@ -3,6 +3,7 @@ compared with eager and with torch.export's unflatten on the hard cases."""
 from __future__ import annotations
 
 import collections
+import copy
 
 import pytest
 import torch
@@ -251,3 +252,12 @@ def test_module_calling_a_sibling_it_does_not_own():
     _, unflat = check_unflatten(CallsSibling(), (torch.randn(2, 4),))
     targets = [n.target for n in unflat.dec.graph.nodes if n.op == "call_module"]
     assert targets == ["enc", "out"]
+
+
+def test_deepcopy_gives_an_independent_module():
+    model = nn.Sequential(Counter(), nn.ReLU())
+    unflat = gp.unflatten(gp.export(copy.deepcopy(model), (torch.randn(2, 4),)))
+    twin = copy.deepcopy(unflat)
+    x = torch.randn(2, 4)
+    assert_close(twin(x), model(x))
+    assert torch.equal(twin[0].calls, torch.ones(4)) and torch.equal(unflat[0].calls, torch.zeros(4))

@@ -18,7 +18,7 @@ from .test_hierarchy import CalledOnOtherShapes, ForeignParameter, Nested, Share
 from .test_preserve import DYNAMIC, PRESERVE, Transformer, inputs
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))   # bench/ lives at the repo root
-from bench import zoo  # noqa: E402
+from bench import measure, zoo  # noqa: E402
 
 slow = [pytest.mark.slow, pytest.mark.skipif(os.environ.get("GRAPHPORT_SLOW") != "1",
                                              reason="slow: set GRAPHPORT_SLOW=1 (make test-all) to run")]
@@ -60,16 +60,18 @@ def test_round_trip_of_a_dynamic_program_with_preserved_signatures():
 
 
 def _zoo_params() -> list:
-    return [pytest.param(name, marks=[] if name in zoo.CI_SUBSET else slow, id=name)
-            for name, entry in zoo.MODELS.items() if not entry.meta]
+    return [pytest.param(name, kind, marks=[] if name in zoo.CI_SUBSET and kind == "static" else slow,
+                         id=f"{name}-{kind}")
+            for name, entry in zoo.MODELS.items() if not entry.meta for kind in ("static", "dynamic")]
 
 
-@pytest.mark.parametrize("name", _zoo_params())
-def test_zoo_model_unflattens_matches_eager_and_round_trips(name):
+@pytest.mark.parametrize("name,kind", _zoo_params())
+def test_zoo_model_unflattens_matches_eager_and_round_trips(name, kind):
     built = zoo.MODELS[name].build()
     model = built.module
     args, kwargs = built.example_inputs()
-    ep = gp.export(copy.deepcopy(model), args, kwargs)
+    spec = measure.dynamic_spec(built, "graphport") if kind == "dynamic" else None
+    ep = gp.export(copy.deepcopy(model), args, kwargs, dynamic_shapes=spec)
     unflat = gp.unflatten(ep)
     assert paths(unflat, copies=False) == paths(model)
     assert named_state(unflat) == named_state(model)
@@ -78,7 +80,10 @@ def test_zoo_model_unflattens_matches_eager_and_round_trips(name):
             assert type(module).__name__ == type(model.get_submodule(name_)).__name__
     with torch.no_grad():
         assert_close(unflat(*args, **kwargs), model(*args, **kwargs))
-    assert_same_program(ep, gp.export(unflat, args, kwargs))
+        if kind == "dynamic":
+            other_args, other_kwargs = built.other_inputs()
+            assert_close(unflat(*other_args, **other_kwargs), model(*other_args, **other_kwargs))
+    assert_same_program(ep, gp.export(unflat, args, kwargs, dynamic_shapes=spec))
 
 
 @pytest.mark.parametrize("name", [pytest.param("llama", marks=slow), "bert"])

@@ -56,27 +56,32 @@ def _with_original_arguments(ep) -> type:
 
 
 class UnflattenedModule(torch.nn.Module):
+    """The root of an unflattened program: checks inputs as `ep.module()` does, then runs the
+    root's graph, which calls the submodules. `preserved` maps each preserved path to its
+    signature."""
+
     def __init__(self, ep) -> None:
         super().__init__()
         self.graph: fx.Graph
         self.__dict__["_gp_root"] = self
         self.__dict__["_gp_checker"] = ep.module()   # ep.module()'s input checks, at the top level
-        self._out_spec = ep.call_spec.out_spec
+        self._in_spec, self._out_spec = ep.call_spec.in_spec, ep.call_spec.out_spec
         self.preserved = {e.fqn: e.signature for e in ep.module_call_graph[1:] if e.signature is not None}
         tree = call_tree(ep)
         graphs = {call: frame_graph(call, tree, ep) for call in [tree.root, *tree.calls]}
         modules = _hierarchy(self, ep, tree)
         _state(self, ep)
-        subgraphs = dict(ep.graph_module.named_children())
+        subgraphs = dict(ep.graph_module.named_children())   # control-flow branches and bodies
+        self.__dict__["_gp_subgraphs"] = subgraphs
         for module in modules.values():
             module.__dict__.update(_gp_root=self, _gp_subgraphs=subgraphs)
         self.graph = graphs[tree.root]
         _assign(self, tree.root, graphs, modules, _keys(tree, graphs))
 
     def forward(self, *args, **kwargs):
-        if torch.compiler.is_exporting():   # exported again: the new capture checks its own inputs
-            flat = pytree.tree_leaves((args, kwargs))
-        else:
+        flat, spec = pytree.tree_flatten((args, kwargs))
+        # exported again: the structure is checked here, shapes by the new capture's own contract
+        if spec != self._in_spec or not torch.compiler.is_exporting():
             flat = self.__dict__["_gp_checker"]._check_inputs(args, kwargs)
         return pytree.tree_unflatten(list(run(self, self.graph, flat)), self._out_spec)
 
