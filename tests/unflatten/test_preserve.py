@@ -231,3 +231,45 @@ def test_buffer_written_inside_a_preserved_module():
             return self.count(x) + 1
 
     check_unflatten(Outer(), (torch.randn(3),), preserve=("count",), fresh=[((torch.randn(3),), {})])
+
+
+class Scaled(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(4, 4)
+
+    def forward(self, pair, scale, bias=None, *, mode="sum"):
+        a, b = pair
+        out = self.lin(a) * scale + b
+        return [out if bias is None else out + bias, mode]
+
+
+class UsesScaled(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.inner = Scaled()
+
+    def forward(self, x):
+        out, mode = self.inner((x, x.cos()), 0.5, mode="sum")
+        return out.sum(-1) if mode == "sum" else out
+
+
+def test_constants_none_and_containers_in_a_preserved_call():
+    model = UsesScaled()   # torch.export fails on the string the call returns: compared with eager only
+    ep, unflat = check_unflatten(model, (torch.randn(2, 4),), preserve=("inner",), with_torch=False)
+    signature = next(e.signature for e in ep.module_call_graph if e.fqn == "inner")
+    assert [type(a).__name__ for a in signature.inputs] == ["TensorArgument", "TensorArgument",
+                                                            "ConstantArgument", "ConstantArgument"]
+    seen = []
+
+    class Recording(Scaled):
+        def forward(self, pair, scale, bias=None, *, mode="sum"):
+            seen.append((scale, bias, mode))
+            return super().forward(pair, scale, bias, mode=mode)
+
+    replacement = Recording()
+    replacement.load_state_dict(unflat.inner.state_dict())
+    unflat.set_submodule("inner", replacement)
+    x = torch.randn(2, 4)
+    assert_close(unflat(x), model(x))
+    assert seen[0] == (0.5, None, "sum")
