@@ -273,3 +273,11 @@ def test_constants_none_and_containers_in_a_preserved_call():
     x = torch.randn(2, 4)
     assert_close(unflat(x), model(x))
     assert seen[0] == (0.5, None, "sum")
+
+
+def test_signature_naming_a_value_the_program_lost_is_refused():
+    ep = gp.export(UsesScaled(), (torch.randn(2, 4),), preserve_module_call_signature=("inner",))
+    entry = next(e for e in ep.module_call_graph if e.fqn == "inner")
+    entry.signature.inputs[0] = type(entry.signature.inputs[0])("renamed_away")
+    with pytest.raises(gp.UnsupportedFeatureError, match="'inner' names the value renamed_away"):
+        gp.unflatten(ep)

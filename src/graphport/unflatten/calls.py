@@ -162,7 +162,14 @@ def _boundaries(tree: CallTree, ep) -> None:
 
 def _bind_signature(call: Call, by_name: dict[str, fx.Node]) -> None:
     def value(arg):
-        return arg.value if isinstance(arg, ConstantArgument) else by_name[arg.name]
+        if isinstance(arg, ConstantArgument):
+            return arg.value
+        if arg.name not in by_name:
+            raise UnsupportedFeatureError(
+                f"the preserved signature of '{call.fqn}' names the value {arg.name}, which the program no longer "
+                "has (a transformation of the program renamed or removed it without updating module_call_graph)",
+                fix="unflatten the program as export returned it", find_location=False)
+        return by_name[arg.name]
     call.signature_inputs = [value(a) for a in call.signature.inputs]
     call.signature_outputs = [value(a) for a in call.signature.outputs]
 
