@@ -281,3 +281,15 @@ def test_signature_naming_a_value_the_program_lost_is_refused():
     entry.signature.inputs[0] = type(entry.signature.inputs[0])("renamed_away")
     with pytest.raises(gp.UnsupportedFeatureError, match="'inner' names the value renamed_away"):
         gp.unflatten(ep)
+
+
+def test_preserved_module_inside_a_preserved_module():
+    torch.manual_seed(0)
+    model = Transformer().eval()
+    _, unflat = check_unflatten(model, inputs(), preserve=("layers.0", "layers.0.attn"), dynamic_shapes=DYNAMIC,
+                                fresh=[(inputs(3), {})])
+    manual = ManualAttention()
+    manual.load_state_dict(model.layers[0].attn.state_dict())
+    unflat.set_submodule("layers.0.attn", manual)
+    x, mask = inputs(6)
+    assert_close(unflat(x, mask), model(x, mask))
