@@ -1,10 +1,13 @@
 """Unflatten cost: graphport.unflatten against torch.export.unflatten, and the unflattened
 module's run time against ep.module() and eager.
 
-For each model, one process measures side by side: the time to unflatten (graphport's
+For each model, one process measures side by side (forwards alternating round by round): the time to unflatten (graphport's
 program / torch.export's program of the same model), and the median time of one forward of
 graphport's unflattened module, its ep.module(), torch's unflattened module and eager.
 Printed as ratios; nothing is written.
+
+Forward times are CPU time of the process, with torch on one thread, so that other load on
+the machine does not enter the ratios.
 
     .venv/bin/python bench/unflatten_speed.py [--models bert,llama,resnet50] [--repeats 5]
 """
@@ -14,6 +17,7 @@ import argparse
 import copy
 import statistics
 import sys
+import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run as a script from anywhere
@@ -33,16 +37,23 @@ def measure(name: str, repeats: int) -> dict[str, float]:
     tep = torch.export.export(copy.deepcopy(model), args, kwargs)
     ours = median_seconds(lambda: gp.unflatten(ep), repeats)
     theirs = median_seconds(lambda: torch.export.unflatten(tep), repeats)
-    unflat, module, tunflat = gp.unflatten(ep), ep.module(), torch.export.unflatten(tep)
+    runners = {"unflat": gp.unflatten(ep), "module": ep.module(), "torch_unflat": torch.export.unflatten(tep),
+               "eager": model}
+    times: dict[str, list[float]] = {label: [] for label in runners}
     with torch.no_grad():
-        runs = {label: median_seconds(lambda f=f: f(*args, **kwargs), repeats)
-                for label, f in [("unflat", unflat), ("module", module), ("torch_unflat", tunflat), ("eager", model)]}
+        for _ in range(repeats):   # alternating round by round, so machine drift hits all alike
+            for label, f in runners.items():
+                start = time.process_time()   # CPU time: the machine may be shared
+                f(*args, **kwargs)
+                times[label].append(time.process_time() - start)
+    runs = {label: statistics.median(t) for label, t in times.items()}
     return {"unflatten_vs_torch": ours / theirs, "run_vs_module": runs["unflat"] / runs["module"],
             "run_vs_torch_unflat": runs["unflat"] / runs["torch_unflat"], "run_vs_eager": runs["unflat"] / runs["eager"],
             "unflatten_ms": ours * 1e3}
 
 
 def main() -> None:
+    torch.set_num_threads(1)
     parser = argparse.ArgumentParser()
     parser.add_argument("--models", default="mlp,bert,llama,resnet50")
     parser.add_argument("--repeats", type=int, default=5)
