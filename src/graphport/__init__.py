@@ -5,6 +5,7 @@ The public API mirrors `torch.export`, so switching is a change of import.
 from .errors import (
     CommandLineError,
     ArtifactError,
+    CallSignatureError,
     ConstraintViolationError,
     ControlFlowError,
     DataDependentError,
@@ -30,6 +31,7 @@ from .passes.verifier import verify
 from .control_flow import cond, map, scan, while_loop
 from .check import CheckReport, check
 from .serde import load, save
+from .unflatten import unflatten
 
 __all__ = [
     "export", "Dim", "dims", "ShapesCollection", "refine_dynamic_shapes_from_suggested_fixes", "ExportedProgram", "ExportGraphSignature", "InputKind", "InputSpec", "OutputKind",
@@ -40,4 +42,5 @@ __all__ = [
     "ControlFlowError", "cond", "map", "while_loop", "scan",
     "check", "CheckReport", "CommandLineError",
     "save", "load", "ArtifactError",
+    "unflatten", "CallSignatureError",
 ]

@@ -107,6 +107,12 @@ class ControlFlowError(UserError):
     A RuntimeError, as torch.export's (UncapturedHigherOrderOpError, UserError) are."""
 
 
+class CallSignatureError(UserError, TypeError):
+    """A submodule swapped into an unflattened program does not have the calling convention
+    its preserved signature froze (other arguments, or a result of another structure). Also
+    a TypeError, as Python raises for a call with the wrong arguments."""
+
+
 class InternalError(GraphportError, RuntimeError):
     """graphport broke its own IR contract: a bug in graphport, not in the user's program.
     A RuntimeError but not a UserError."""

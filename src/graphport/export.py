@@ -41,13 +41,18 @@ def export(mod: torch.nn.Module | Callable, args: tuple, kwargs: dict | None = N
             fix="wrap a single input in a tuple: graphport.export(model, (x,))")
     kwargs = dict(kwargs or {})
     fn, root = _resolve(mod)
+    if preserve_module_call_signature and root is None:
+        raise UnsupportedInputError(
+            "preserve_module_call_signature names submodules, but the exported program is a plain function",
+            fix="export the nn.Module itself, or drop preserve_module_call_signature")
     arg_names = argument_names(fn, args, kwargs)
     shapes = None
     if dynamic_shapes is not None:
         shapes = resolve(dynamic_shapes, args, kwargs, arg_names, input_paths(args, kwargs, arg_names))
 
     def trace(shapes_: InputShapes | None, locations: bool = True) -> Captured:
-        captured = capture(fn, args, kwargs, root, shapes_, locations=locations)
+        captured = capture(fn, args, kwargs, root, shapes_, locations=locations,
+                           preserve=tuple(preserve_module_call_signature))
         eliminate_dead_code(captured.graph, captured.user_calls)
         return captured
 
@@ -58,7 +63,7 @@ def export(mod: torch.nn.Module | Callable, args: tuple, kwargs: dict | None = N
     call_graph = [ModuleCallEntry("", ModuleCallSignature([], [], captured.in_spec, captured.out_spec,
                                                           captured.forward_arg_names))]
     if root is not None:
-        call_graph += [ModuleCallEntry(name) for name, _ in root.named_modules() if name]
+        call_graph += _submodule_entries(root, captured.boundaries)
     ep = ExportedProgram(
         fx.GraphModule(captured.graph.owning_module or torch.nn.Module(), captured.graph, class_name="GraphModule"),
         captured.signature, captured.state_dict,
@@ -68,6 +73,22 @@ def export(mod: torch.nn.Module | Callable, args: tuple, kwargs: dict | None = N
         shape_report=list(shapes.specialized) if shapes is not None else [])
     verify(ep)
     return ep
+
+
+def _submodule_entries(root: torch.nn.Module, boundaries: dict) -> list[ModuleCallEntry]:
+    """One entry per submodule path (a module reachable by two paths gets both, the later one
+    naming the first as `alias_of`), with the recorded signature of each preserved one."""
+    first: dict[int, str] = {}
+    entries = []
+    for name, module in root.named_modules(remove_duplicate=False):
+        first.setdefault(id(module), name)
+        if not name:
+            continue
+        b = boundaries.get(name)
+        signature = None if b is None else ModuleCallSignature(b.inputs, b.outputs, b.in_spec, b.out_spec,
+                                                                 b.forward_arg_names)
+        entries.append(ModuleCallEntry(name, signature, alias_of=first[id(module)] if first[id(module)] != name else None))
+    return entries
 
 
 def _shape_contract(shapes: InputShapes, captured: Captured, trace: Callable) -> ShapeContract:

@@ -25,6 +25,7 @@ class ModuleCallSignature:
 class ModuleCallEntry:
     fqn: str
     signature: ModuleCallSignature | None = None
+    alias_of: str | None = None   # this path reaches the same module object as that earlier path
 
 
 class ExportedProgram:

@@ -26,6 +26,7 @@ from ..shapes.spec import InputShapes
 from ..signature import ExportGraphSignature
 from ..source import SourceLocation
 from .control_flow import attach_subgraphs
+from .calls import CallBoundary, ModuleCalls
 from .environment import ModuleSnapshot, capture_environment
 from .inputs import argument_names, input_paths, trace_inputs
 from .mode import CaptureMode
@@ -50,26 +51,31 @@ class Captured:
     input_aliases: dict[int, int] = field(default_factory=dict)  # flat input index -> earlier index it must be
     forward_arg_names: list[str] = field(default_factory=list)
     user_calls: set[fx.Node] = field(default_factory=set)  # nodes the program asked for: never dead code
+    boundaries: dict[str, CallBoundary] = field(default_factory=dict)  # preserved module fqn -> its call
 
 
 def capture(fn: Callable, args: tuple, kwargs: dict, root: torch.nn.Module | None,
             shapes: InputShapes | None = None, policy: DispatchPolicy = EXPORT_DEFAULT,
-            locations: bool = True) -> Captured:
+            locations: bool = True, preserve: tuple[str, ...] = ()) -> Captured:
     """Run `fn` once on tracers; `shapes` gives input tensors symbolic sizes. `locations`
     False leaves out each node's source location and module stack (a re-trace that is only
-    compared with the capture: walking the Python stack per node is a good part of tracing)."""
+    compared with the capture: walking the Python stack per node is a good part of tracing).
+    `preserve` names the submodules whose call boundary is recorded (calls.py)."""
     rec = Recorder(entry_frame=sys._getframe(0), locations=locations)
     state = ModuleState(root, rec) if root is not None else None
     arg_names = argument_names(fn, args, kwargs)
     inputs = trace_inputs(rec, args, kwargs, arg_names, shapes)
     if shapes is not None:
         rec.sizes = SizeValues(shapes.env, inputs.nodes)
-    hooks = _module_stack_hooks(rec, state.module_names) if state is not None and locations else None
+    calls = ModuleCalls(rec, state.module_names) if state is not None and locations else None
+    hooks = (calls.push, calls.pop) if calls is not None else None
     snapshot = ModuleSnapshot(root) if root is not None else None
     with contextlib.ExitStack() as stack:
         if snapshot is not None:
             stack.callback(snapshot.restore)
         stack.enter_context(capture_environment(hooks, symbolic=shapes is not None))
+        if calls is not None:
+            stack.enter_context(calls.preserving(root, preserve))
         with state.swapped() if state is not None else contextlib.nullcontext(), CaptureMode(rec, policy):
             out = fn(*inputs.tracer_args, **inputs.tracer_kwargs)
         rec.module_stack.clear()
@@ -87,21 +93,8 @@ def capture(fn: Callable, args: tuple, kwargs: dict, root: torch.nn.Module | Non
         input_aliases=inputs.aliases,
         forward_arg_names=list(arg_names),
         user_calls=rec.user_calls,
+        boundaries=calls.boundaries if calls is not None else {},
     )
-
-
-def _module_stack_hooks(rec: Recorder, module_names: dict[int, str]) -> tuple[Callable, Callable]:
-    """Forward hooks that track which modules are running, for each node's nn_module_stack."""
-    def push(module, args):
-        name = module_names.get(id(module))
-        if name is not None:
-            typ = type(module)
-            rec.module_stack.append((name, f"{typ.__module__}.{typ.__qualname__}"))
-
-    def pop(module, args, output):
-        if module_names.get(id(module)) is not None and rec.module_stack:
-            rec.module_stack.pop()
-    return push, pop
 
 
 def _definition_site(fn: Callable) -> tuple[SourceLocation, ...]:

@@ -32,7 +32,7 @@ class Recorder:
         self.root = self.scope = Scope()
         self.entry_frame = entry_frame
         self.locations = locations   # False: nodes get no source location or module stack (a proof re-trace)
-        self.module_stack: list[tuple[str, str]] = []      # (fqn, qualified type) of active modules
+        self.module_stack: list[tuple[str, str, str]] = []  # (call key, fqn, qualified type) of active calls
         self.constants: dict[int, TracerTensor] = {}       # id(real tensor) -> its lifted tracer
         self.constant_values: dict[str, torch.Tensor] = {}  # target -> real tensor
         self.constant_names: dict[int, str] = {}           # id(attribute tensor) -> attribute fqn
@@ -154,7 +154,7 @@ class Recorder:
         node.meta["val"] = val
         if scope.recording and self.locations:
             node.meta["gp_stack"] = user_stack(self.entry_frame) or self.fallback_stack
-            node.meta["nn_module_stack"] = {f"L__self__{fqn}": (fqn, typ) for fqn, typ in self.module_stack}
+            node.meta["nn_module_stack"] = {f"L__self__{key}": (fqn, typ) for key, fqn, typ in self.module_stack}
         return node
 
     def wrap(self, val: Any, node: fx.Node, device: torch.device, view_of: TracerTensor | None = None,
