@@ -103,11 +103,14 @@ def _output_spec(s: OutputSpec) -> dict:
 
 def _call_entry(e: ModuleCallEntry) -> dict:
     sig = e.signature
-    return {"fqn": e.fqn, "signature": None if sig is None else {
+    entry = {"fqn": e.fqn, "signature": None if sig is None else {
         "inputs": [_argument(a) for a in sig.inputs], "outputs": [_argument(a) for a in sig.outputs],
         "in_spec": treespec_to_json(sig.in_spec) if sig.in_spec is not None else None,
         "out_spec": treespec_to_json(sig.out_spec) if sig.out_spec is not None else None,
         "forward_arg_names": sig.forward_arg_names}}
+    if e.alias_of is not None:   # written only where set, so archives without shared modules are unchanged
+        entry["alias_of"] = e.alias_of
+    return entry
 
 
 def _examples(examples, table: TensorTable) -> dict:
@@ -257,9 +260,12 @@ def _check_supplied(described: dict, weights: dict[str, torch.Tensor]) -> dict[s
 def _call_entry_from(data: Any) -> ModuleCallEntry:
     if not isinstance(data, dict) or not isinstance(data.get("fqn"), str):
         _fail("module_call_graph entry")
+    alias_of = data.get("alias_of")
+    if alias_of is not None and not isinstance(alias_of, str):
+        _fail("module_call_graph alias_of")
     sig = data.get("signature")
     if sig is None:
-        return ModuleCallEntry(data["fqn"])
+        return ModuleCallEntry(data["fqn"], alias_of=alias_of)
     if not isinstance(sig, dict) or not isinstance(sig.get("inputs"), list) or not isinstance(sig.get("outputs"), list):
         _fail("module call signature")
     names = sig.get("forward_arg_names")
@@ -268,7 +274,7 @@ def _call_entry_from(data: Any) -> ModuleCallEntry:
     return ModuleCallEntry(data["fqn"], ModuleCallSignature(
         [_argument_from(a) for a in sig["inputs"]], [_argument_from(a) for a in sig["outputs"]],
         treespec_from_json(sig["in_spec"]) if sig.get("in_spec") is not None else None,
-        treespec_from_json(sig["out_spec"]) if sig.get("out_spec") is not None else None, names))
+        treespec_from_json(sig["out_spec"]) if sig.get("out_spec") is not None else None, names), alias_of)
 
 
 def _examples_from(data: Any, binder: TensorBinder):
