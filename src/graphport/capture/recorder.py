@@ -63,6 +63,8 @@ class Recorder:
 
     def placeholder(self, name: str, example: Any) -> fx.Node:
         node = self.root.graph.placeholder(name)
+        if node.name != name and name.isidentifier() and all(n.name != name for n in self.placeholders):
+            node.name = name    # fx avoids builtins (`input` -> `input_1`); torch.export keeps the argument's name
         node.meta["val"] = example
         self.placeholders.append(node)
         return node
