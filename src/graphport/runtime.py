@@ -72,9 +72,20 @@ class _ProgramCodeGen(fx.graph.CodeGen):
     """`forward(self, <the program's arguments>)`: the arguments are flattened and checked by
     the module, then bound to the graph's placeholders; outputs take the program's structure."""
 
-    def __init__(self, positional: list[str], keywords: list[str]):
+    def __init__(self, positional: list[str], keywords: list[str], in_spec: pytree.TreeSpec,
+                 out_spec: pytree.TreeSpec):
         super().__init__()
         self.positional, self.keywords = positional, keywords
+        self.in_spec, self.out_spec = in_spec, out_spec
+
+    def process_inputs(self, *args: Any) -> list[Any]:
+        """Positional arguments (keywords after the positional ones) to the graph's leaves."""
+        count = self.in_spec.child(0).num_children
+        kwargs = dict(zip(self.keywords, args[count:]))
+        return pytree.tree_leaves((tuple(args[:count]), kwargs))
+
+    def process_outputs(self, outputs: Any) -> Any:
+        return pytree.tree_unflatten(list(outputs), self.out_spec)
 
     def gen_fn_def(self, free_vars: list[str], maybe_return_annotation: str, *, expanded_def: bool = False) -> str:
         names = [*self.positional, *self.keywords]
@@ -122,7 +133,8 @@ class ExportedModule(fx.GraphModule):
         call = ep.call_spec
         positional = list(call.forward_arg_names or [])[:call.in_spec.child(0).num_children]
         positional += [f"arg{i}" for i in range(len(positional), call.in_spec.child(0).num_children)]
-        graph.set_codegen(_ProgramCodeGen(positional, list(call.in_spec.child(1).context)))
+        graph.set_codegen(_ProgramCodeGen(positional, list(call.in_spec.child(1).context), call.in_spec,
+                                          call.out_spec))
         self._ep = ep
         super().__init__(holder, graph, class_name="GraphModule")
         for spec in sig.input_specs:
