@@ -20,6 +20,7 @@ import torch.fx as fx
 
 from . import _torch
 from .errors import InputGuardError, InputStructureError
+from .passes.metadata import plain_values
 from .signature import ConstantArgument, InputKind, OutputKind
 
 pytree = _torch.pytree
@@ -50,6 +51,14 @@ def _set_attr(root: torch.nn.Module, fqn: str, value: Any, kind: str, persistent
 def _get_attr(root: torch.nn.Module, fqn: str) -> Any:
     owner, _, leaf = fqn.rpartition(".")
     return getattr(root.get_submodule(owner), leaf)
+
+
+def _has_attr(root: torch.nn.Module, fqn: str) -> bool:
+    try:
+        _get_attr(root, fqn)
+    except AttributeError:
+        return False
+    return True
 
 
 def snapshot_buffer(buffer: torch.Tensor) -> torch.Tensor:
@@ -140,6 +149,9 @@ class ExportedModule(fx.GraphModule):
         for spec in sig.input_specs:
             if spec.kind is InputKind.BUFFER and spec.persistent is False:
                 _set_attr(self, spec.target, _get_attr(holder, spec.target), "buffer", persistent=False)
+        for name, value in ep.state_dict.items():     # a tied tensor's other names
+            if not _has_attr(self, name):
+                _set_attr(self, name, value, "parameter" if isinstance(value, torch.nn.Parameter) else "buffer")
         self._user_inputs = [s for s in sig.input_specs if s.kind is InputKind.USER_INPUT]
         self._placeholder_vals = {n.name: n.meta.get("val") for n in ep.graph.nodes if n.op == "placeholder"}
         self._in_spec, self._out_spec = call.in_spec, call.out_spec
@@ -169,8 +181,16 @@ class ExportedModule(fx.GraphModule):
                 fix=f"call with {where} structured as at export (same arguments, keywords, keys and lengths)")
         return flat, False
 
+    def print_readable(self, *args, **kwargs):
+        with plain_values(self):
+            return super().print_readable(*args, **kwargs)
+
     def _graphport_outputs(self, outputs: Any) -> Any:
         return pytree.tree_unflatten(list(outputs), self._out_spec)
+
+    def _check_call_values(self, args: tuple, kwargs: dict) -> None:
+        """Refuse a call the program is not valid for: structure, dtypes, sizes, scalars."""
+        self._check_values(self._leaves(args, kwargs)[0])
 
     def _check_values(self, flat: list) -> None:
         for i, (leaf, spec_) in enumerate(zip(flat, self._user_inputs)):
@@ -270,9 +290,10 @@ def _check_call(module: ExportedModule, args: tuple, kwargs: dict) -> None:
     export (an extra argument, a keyword for a positional one) is refused by name, as
     torch.export's module refuses it. While a program is being exported from this module,
     only the structure is checked: the exporter's own spec decides the sizes."""
-    flat, _ = module._leaves(args, kwargs)
-    if not torch.compiler.is_exporting():
-        module._check_values(flat)
+    if torch.compiler.is_exporting():
+        module._leaves(args, kwargs)
+    else:
+        module._check_call_values(args, kwargs)
 
 
 def _unlifted_graph(ep) -> fx.Graph:
