@@ -18,6 +18,7 @@ from .errors import (
     UserError,
 )
 from .export import export
+from .draft import DraftExportReport, draft_export
 from .program import ExportedProgram, ModuleCallEntry, ModuleCallSignature
 from .signature import ExportGraphSignature, InputKind, InputSpec, OutputKind, OutputSpec
 from .pytree import register_dataclass
@@ -26,7 +27,7 @@ from .shapes.dims import AdditionalInputs, Dim, ShapesCollection, dims
 from .passes.verifier import verify
 
 __all__ = [
-    "export", "Dim", "dims", "ShapesCollection", "AdditionalInputs", "refine_dynamic_shapes_from_suggested_fixes", "ExportedProgram", "ExportGraphSignature", "InputKind", "InputSpec", "OutputKind",
+    "export", "draft_export", "DraftExportReport", "Dim", "dims", "ShapesCollection", "AdditionalInputs", "refine_dynamic_shapes_from_suggested_fixes", "ExportedProgram", "ExportGraphSignature", "InputKind", "InputSpec", "OutputKind",
     "OutputSpec", "ModuleCallEntry", "ModuleCallSignature", "register_dataclass", "verify",
     "GraphportError", "UserError", "DataDependentError", "UnsupportedOperatorError",
     "UnsupportedInputError", "InputMismatchError", "InputGuardError", "InputStructureError", "InvalidDimError", "OperatorError", "UnsupportedFeatureError",
