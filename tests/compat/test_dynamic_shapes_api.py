@@ -59,9 +59,16 @@ def test_hint_bounds_must_hold_for_the_example():
         gp.export(Shifted(), xy(4), dynamic_shapes={"x": {0: gp.Dim.DYNAMIC(min=5)}, "y": {0: gp.Dim.AUTO}})
 
 
-def test_static_hint_takes_no_bounds():
+def test_hint_with_an_invalid_range_is_refused():
     with pytest.raises(gp.InvalidDimError):
-        gp.Dim.STATIC(min=2)
+        gp.Dim.DYNAMIC(min=5, max=2)
+
+
+def test_static_hint_with_bounds_keeps_the_example_size(ex):
+    ep = ex.export(Shifted(), xy(), dynamic_shapes={"x": {0: ex.Dim.STATIC(min=2)}, "y": None})
+    assert not ep.range_constraints
+    with pytest.raises(AssertionError):
+        ep.module()(*xy(5))
 
 
 def test_shapes_collection_spec_is_keyed_by_argument_name(ex):

@@ -14,15 +14,14 @@ INT_OO = sympy.oo
 
 
 class _DimHint:
-    """Dim.AUTO / Dim.DYNAMIC / Dim.STATIC: a dimension's kind without a name; AUTO and
-    DYNAMIC may be called for bounds, `Dim.DYNAMIC(min=2, max=64)`, as in torch.export."""
+    """Dim.AUTO / Dim.DYNAMIC / Dim.STATIC: a dimension's kind without a name; each may be
+    called for bounds, `Dim.DYNAMIC(min=2, max=64)`, as in torch.export (a static dim keeps
+    the example's size, so STATIC's bounds have no effect, as in torch)."""
 
     def __init__(self, kind: str, min: int | None = None, max: int | None = None):
         self.kind, self.min, self.max = kind, min, max
 
     def __call__(self, *, min: int | None = None, max: int | None = None) -> "_DimHint":
-        if self.kind == "STATIC":
-            raise InvalidDimError("Dim.STATIC takes no bounds", fix="write Dim.STATIC, or Dim.DYNAMIC(min=..., max=...)")
         lo, hi = 0 if min is None else min, INT_OO if max is None else max
         if not isinstance(lo, int) or (hi is not INT_OO and not isinstance(hi, int)) or lo < 0 or lo > hi:
             raise InvalidDimError(f"Dim.{self.kind} has an invalid range min={min}, max={max}",
