@@ -146,17 +146,31 @@ class ExportedModule(fx.GraphModule):
                                           call.out_spec))
         self._ep = ep
         super().__init__(holder, graph, class_name="GraphModule")
+        self._finish(holder)
+
+    def _finish(self, source: torch.nn.Module) -> None:
+        """What GraphModule's constructor (and its deepcopy) leaves out: non-persistent
+        buffers, the other names of tied tensors (values taken from `source`), the call checks."""
+        ep, sig = self._ep, self._ep.graph_signature
         for spec in sig.input_specs:
             if spec.kind is InputKind.BUFFER and spec.persistent is False:
-                _set_attr(self, spec.target, _get_attr(holder, spec.target), "buffer", persistent=False)
+                _set_attr(self, spec.target, _get_attr(source, spec.target), "buffer", persistent=False)
+        owner = {id(v): name for name, v in ep.state_dict.items() if _has_attr(self, name)}
         for name, value in ep.state_dict.items():     # a tied tensor's other names
             if not _has_attr(self, name):
+                value = _get_attr(self, owner[id(value)]) if id(value) in owner else value
                 _set_attr(self, name, value, "parameter" if isinstance(value, torch.nn.Parameter) else "buffer")
         self._user_inputs = [s for s in sig.input_specs if s.kind is InputKind.USER_INPUT]
         self._placeholder_vals = {n.name: n.meta.get("val") for n in ep.graph.nodes if n.op == "placeholder"}
-        self._in_spec, self._out_spec = call.in_spec, call.out_spec
+        self._in_spec, self._out_spec = ep.call_spec.in_spec, ep.call_spec.out_spec
         self._paths = ep.input_paths
         self.register_forward_pre_hook(_check_call, with_kwargs=True)
+
+    def __deepcopy__(self, memo):
+        copied = super().__deepcopy__(memo)
+        copied._ep = self._ep
+        copied._finish(copied)
+        return copied
 
     def _graphport_inputs(self, args: tuple, kwargs: dict) -> list[Any]:
         """The leaves of a call in the graph's order. The call was checked before forward

@@ -159,3 +159,16 @@ def test_gradients_in_training_mode_match_eager(ex, make, inputs):
         torch.testing.assert_close(got[name], want[name], msg=name)
     for (name, b), (_, b_eager) in zip(m.named_buffers(), eager.named_buffers()):
         torch.testing.assert_close(b, b_eager, msg=name)
+
+
+def test_a_deep_copy_keeps_the_checks_and_the_state():
+    model = torch.nn.Sequential(torch.nn.Linear(3, 4), torch.nn.BatchNorm1d(4))
+    model.register_buffer("scratch", torch.zeros(4), persistent=False)
+    x = torch.randn(5, 3)
+    m = gp.export(model, (x,)).module()
+    c = copy.deepcopy(m)
+    assert set(c.state_dict()) == set(m.state_dict()) == set(model.state_dict())
+    torch.testing.assert_close(c(x), m(x))
+    assert c.get_buffer("1.running_mean") is not m.get_buffer("1.running_mean")
+    with pytest.raises(gp.InputGuardError):
+        c(x.double())
