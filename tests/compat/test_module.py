@@ -172,3 +172,22 @@ def test_a_deep_copy_keeps_the_checks_and_the_state():
     assert c.get_buffer("1.running_mean") is not m.get_buffer("1.running_mean")
     with pytest.raises(gp.InputGuardError):
         c(x.double())
+
+
+class Mixed(torch.nn.Module):
+    def forward(self, d, input, *rest, scale=None):
+        return d["a"] * 2 - d["b"], d["c"][0] + input, rest[0] * scale
+
+
+def test_names_and_signature_of_nested_varargs_and_keyword_inputs_follow_torch():
+    d = {"a": torch.randn(2), "b": torch.randn(2), "c": [torch.randn(2), torch.randn(2)]}
+    args, kwargs = (d, torch.randn(2), torch.randn(2)), {"scale": torch.randn(2)}
+    seen = {}
+    for name, exporter in EXPORTERS.items():
+        ep = exporter.export(Mixed(), args, kwargs)
+        m = ep.module()
+        seen[name] = ([n.name for n in ep.graph.nodes if n.op == "placeholder"],
+                      list(inspect.signature(m.forward).parameters))
+        for got, want in zip(m(*args, **kwargs), Mixed()(*args, **kwargs)):
+            torch.testing.assert_close(got, want)
+    assert seen["graphport"] == seen["torch"]
