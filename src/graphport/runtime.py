@@ -161,7 +161,9 @@ class ExportedModule(fx.GraphModule):
                 value = _get_attr(self, owner[id(value)]) if id(value) in owner else value
                 _set_attr(self, name, value, "parameter" if isinstance(value, torch.nn.Parameter) else "buffer")
         self._user_inputs = [s for s in sig.input_specs if s.kind is InputKind.USER_INPUT]
-        self._placeholder_vals = {n.name: n.meta.get("val") for n in ep.graph.nodes if n.op == "placeholder"}
+        # the capture's own values (meta, sizes as the capture saw them), which the checks are written for
+        self._placeholder_vals = {n.name: getattr(n.meta.get("val"), "gp_meta", n.meta.get("val"))
+                                  for n in ep.graph.nodes if n.op == "placeholder"}
         self._in_spec, self._out_spec = ep.call_spec.in_spec, ep.call_spec.out_spec
         self._paths = ep.input_paths
         self.register_forward_pre_hook(_check_call, with_kwargs=True)
