@@ -9,6 +9,7 @@ other views of that base are recomputed from it when next used.
 from __future__ import annotations
 
 import contextlib
+import keyword
 import operator
 from typing import Any, Callable
 
@@ -65,7 +66,8 @@ class Recorder:
 
     def placeholder(self, name: str, example: Any) -> fx.Node:
         node = self.root.graph.placeholder(name)
-        if node.name != name and name.isidentifier() and all(n.name != name for n in self.placeholders):
+        if node.name != name and name.isidentifier() and not keyword.iskeyword(name) \
+                and all(n.name != name for n in self.placeholders):
             node.name = name    # fx avoids builtins (`input` -> `input_1`); torch.export keeps the argument's name
         node.meta["val"] = example
         self.placeholders.append(node)
