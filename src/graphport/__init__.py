@@ -22,11 +22,12 @@ from .errors import (
     UserError,
 )
 from .export import export
+from .draft import DraftExportReport, draft_export
 from .program import ExportedProgram, ModuleCallEntry, ModuleCallSignature
 from .signature import ExportGraphSignature, InputKind, InputSpec, OutputKind, OutputSpec
 from .pytree import register_dataclass
 from .shapes.check import refine_dynamic_shapes_from_suggested_fixes
-from .shapes.dims import Dim, ShapesCollection, dims
+from .shapes.dims import AdditionalInputs, Dim, ShapesCollection, dims
 from .passes.verifier import verify
 from .control_flow import cond, map, scan, while_loop
 from .check import CheckReport, check
@@ -34,7 +35,7 @@ from .serde import load, save
 from .unflatten import unflatten
 
 __all__ = [
-    "export", "Dim", "dims", "ShapesCollection", "refine_dynamic_shapes_from_suggested_fixes", "ExportedProgram", "ExportGraphSignature", "InputKind", "InputSpec", "OutputKind",
+    "export", "draft_export", "DraftExportReport", "Dim", "dims", "ShapesCollection", "AdditionalInputs", "refine_dynamic_shapes_from_suggested_fixes", "ExportedProgram", "ExportGraphSignature", "InputKind", "InputSpec", "OutputKind",
     "OutputSpec", "ModuleCallEntry", "ModuleCallSignature", "register_dataclass", "verify",
     "GraphportError", "UserError", "DataDependentError", "UnsupportedOperatorError",
     "UnsupportedInputError", "InputMismatchError", "InputGuardError", "InputStructureError", "InvalidDimError", "OperatorError", "UnsupportedFeatureError",

@@ -16,25 +16,36 @@ import torch
 import torch.fx as fx
 
 from .capture import Captured, argument_names, capture, input_paths
-from .errors import UnsupportedInputError
+from .errors import ConstraintViolationError, InputMismatchError, UnsupportedFeatureError, UnsupportedInputError
 from .passes.dead_code import eliminate_dead_code
+from .passes.metadata import finish_metadata
 from .passes.small_sizes import prove_small_sizes
 from .passes.verifier import verify
 from .program import ExportedProgram, ModuleCallEntry, ModuleCallSignature
 from .shapes.check import build_contract, check
 from .shapes.contract import ShapeContract
+from .shapes.dims import AdditionalInputs, ShapesCollection
 from .shapes.spec import InputShapes, resolve
+from .shapes.torch_spec import from_torch
 
 
 def export(mod: torch.nn.Module | Callable, args: tuple, kwargs: dict | None = None, *,
            dynamic_shapes: Any = None, strict: bool = False,
-           preserve_module_call_signature: tuple[str, ...] = ()) -> ExportedProgram:
+           preserve_module_call_signature: tuple[str, ...] = (),
+           prefer_deferred_runtime_asserts_over_guards: bool = False) -> ExportedProgram:
     """Capture `mod(*args, **kwargs)` as one functional ATen graph.
 
     `mod` may be an nn.Module, a bound method of one (its module's state is lifted), or a
     plain function. `strict` is accepted for compatibility: graphport has one capture
     mode, which checks the program as strictly as torch.export's strict mode would.
+    `dynamic_shapes` may also be a ShapesCollection or AdditionalInputs, graphport's or
+    torch.export's, and may use torch.export's Dim objects.
     """
+    if prefer_deferred_runtime_asserts_over_guards:
+        raise UnsupportedFeatureError(
+            "export(prefer_deferred_runtime_asserts_over_guards=True) is not implemented by graphport: it checks "
+            "every shape guard against dynamic_shapes at export time",
+            fix="drop prefer_deferred_runtime_asserts_over_guards, or export with torch.export for that mode")
     if not isinstance(args, tuple):
         raise UnsupportedInputError(
             f"export expects args as a tuple of positional arguments, got a {type(args).__qualname__}",
@@ -46,6 +57,10 @@ def export(mod: torch.nn.Module | Callable, args: tuple, kwargs: dict | None = N
             "preserve_module_call_signature names submodules, but the exported program is a plain function",
             fix="export the nn.Module itself, or drop preserve_module_call_signature")
     arg_names = argument_names(fn, args, kwargs)
+    additional = dynamic_shapes if isinstance(dynamic_shapes, AdditionalInputs) else None
+    if not isinstance(dynamic_shapes, ShapesCollection) and callable(getattr(dynamic_shapes, "dynamic_shapes", None)):
+        dynamic_shapes = dynamic_shapes.dynamic_shapes(mod, args, kwargs)
+    dynamic_shapes = from_torch(dynamic_shapes)
     shapes = None
     if dynamic_shapes is not None:
         shapes = resolve(dynamic_shapes, args, kwargs, arg_names, input_paths(args, kwargs, arg_names))
@@ -72,6 +87,9 @@ def export(mod: torch.nn.Module | Callable, args: tuple, kwargs: dict | None = N
         input_paths=captured.input_paths, input_aliases=captured.input_aliases, shape_contract=contract,
         shape_report=list(shapes.specialized) if shapes is not None else [])
     verify(ep)
+    finish_metadata(ep.graph_module)
+    if additional is not None:
+        check_additional_inputs(ep, additional)
     return ep
 
 
@@ -89,6 +107,19 @@ def _submodule_entries(root: torch.nn.Module, boundaries: dict) -> list[ModuleCa
                                                                  b.forward_arg_names)
         entries.append(ModuleCallEntry(name, signature, alias_of=first[id(module)] if first[id(module)] != name else None))
     return entries
+
+
+def check_additional_inputs(ep: ExportedProgram, additional: AdditionalInputs) -> None:
+    """Every additional input set must be one the program accepts."""
+    module = ep.module()
+    for args, kwargs in additional.examples:
+        try:
+            module._check_call_values(args, kwargs)
+        except InputMismatchError as err:
+            raise ConstraintViolationError(
+                f"the program captured from the example inputs does not accept one of the AdditionalInputs: "
+                f"{err.what}", fix="export with example inputs whose sizes take the same path as the additional "
+                                   "ones, or drop that input set") from None
 
 
 def _shape_contract(shapes: InputShapes, captured: Captured, trace: Callable) -> ShapeContract:

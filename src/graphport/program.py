@@ -8,6 +8,7 @@ import torch
 import torch.fx as fx
 
 from .errors import InternalError
+from .passes.metadata import plain_values
 from .shapes.contract import ShapeContract
 from .signature import ExportGraphSignature, InputKind
 
@@ -112,7 +113,8 @@ class ExportedProgram:
         raise RuntimeError("an ExportedProgram is not callable; call ep.module()(*args) instead")
 
     def __str__(self) -> str:
-        body = self.graph_module.print_readable(print_output=False, colored=False).replace("\n", "\n    ")
+        with plain_values(self.graph_module):
+            body = self.graph_module.print_readable(print_output=False, colored=False).replace("\n", "\n    ")
         signature = str(self.graph_signature).replace("\n", "\n    ")
         return (f"ExportedProgram:\n    {body}\nGraph signature: \n    {signature}\n"
                 f"Range constraints: {self.range_constraints}\n")

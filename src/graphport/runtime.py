@@ -1,18 +1,26 @@
-"""Running an exported program: an nn.Module that refuses inputs the capture is not valid for.
+"""Running an exported program: `ep.module()`, a torch.fx.GraphModule that refuses inputs the
+capture is not valid for.
 
-Calls are checked before anything runs (structure, dtypes, shapes, specialized
-scalars), so a wrong input is an error that names it, never a wrong answer. Buffer and
-input mutations captured as graph outputs are written back, as eager would.
+The module's graph is the program's graph with the lifted state turned back into
+attributes (`get_attr` at the original dotted names), so users read `.graph`, `.code` and
+`print_readable()` as they do with torch.export. Its generated `forward` takes the original
+program's arguments by name; its first line flattens and checks them (structure, dtypes,
+shapes, specialized scalars) before anything runs, so a wrong input is an error that names
+it, never a wrong answer. Buffer and input mutations, outputs of the functional graph, are
+written back as eager would write them.
 """
 from __future__ import annotations
 
+import keyword
 from typing import Any
 
 import sympy
 import torch
+import torch.fx as fx
 
 from . import _torch
 from .errors import InputGuardError, InputStructureError
+from .passes.metadata import plain_values
 from .signature import ConstantArgument, InputKind, OutputKind
 
 pytree = _torch.pytree
@@ -22,7 +30,7 @@ _SHORT = {torch.float32: "f32", torch.float64: "f64", torch.float16: "f16", torc
           torch.bool: "b8", torch.complex64: "c64"}
 
 
-def _set_attr(root: torch.nn.Module, fqn: str, value: torch.Tensor, kind: str, persistent: bool = True) -> None:
+def _set_attr(root: torch.nn.Module, fqn: str, value: Any, kind: str, persistent: bool = True) -> None:
     *path, leaf = fqn.split(".")
     mod = root
     for part in path:
@@ -34,67 +42,173 @@ def _set_attr(root: torch.nn.Module, fqn: str, value: torch.Tensor, kind: str, p
         mod.register_parameter(leaf, param)
     elif kind == "buffer":
         mod.register_buffer(leaf, value, persistent=persistent)
+    elif isinstance(value, torch.nn.Module):
+        mod.add_module(leaf, value)
     else:
         setattr(mod, leaf, value)
 
 
-def _get_attr(root: torch.nn.Module, fqn: str) -> torch.Tensor:
+def _get_attr(root: torch.nn.Module, fqn: str) -> Any:
     owner, _, leaf = fqn.rpartition(".")
     return getattr(root.get_submodule(owner), leaf)
 
 
-class ExportedModule(torch.nn.Module):
-    """The module returned by `ExportedProgram.module()`."""
+def _has_attr(root: torch.nn.Module, fqn: str) -> bool:
+    try:
+        _get_attr(root, fqn)
+    except AttributeError:
+        return False
+    return True
+
+
+def snapshot_buffer(buffer: torch.Tensor) -> torch.Tensor:
+    """The value a mutated buffer has before the call. Eager updates a buffer inside the op
+    that uses it (batch_norm's running stats), after autograd saved it; the functional graph
+    reads it first and writes it back after, so when gradients are recorded the graph gets
+    its own copy and the write-back cannot invalidate what backward needs."""
+    if torch.is_grad_enabled() and not torch.compiler.is_exporting():
+        return buffer.clone()
+    return buffer
+
+
+def write_back(target: torch.Tensor, value: torch.Tensor) -> None:
+    """A mutation the program made to a buffer or an input, applied in place as eager does."""
+    with torch.no_grad():
+        target.copy_(value)
+
+
+class _ProgramCodeGen(fx.graph.CodeGen):
+    """`forward(self, <the program's arguments>)`: the arguments are flattened and checked by
+    the module, then bound to the graph's placeholders; outputs take the program's structure."""
+
+    def __init__(self, positional: list[str], keywords: list[str], in_spec: pytree.TreeSpec,
+                 out_spec: pytree.TreeSpec):
+        super().__init__()
+        self.positional, self.keywords = positional, keywords
+        self.in_spec, self.out_spec = in_spec, out_spec
+
+    def process_inputs(self, *args: Any) -> list[Any]:
+        """Positional arguments (keywords after the positional ones) to the graph's leaves."""
+        count = self.in_spec.child(0).num_children
+        kwargs = dict(zip(self.keywords, args[count:]))
+        return pytree.tree_leaves((tuple(args[:count]), kwargs))
+
+    def process_outputs(self, outputs: Any) -> Any:
+        return pytree.tree_unflatten(list(outputs), self.out_spec)
+
+    def gen_fn_def(self, free_vars: list[str], maybe_return_annotation: str, *, expanded_def: bool = False) -> str:
+        names = [*self.positional, *self.keywords]
+        if _plain_names(names):
+            params = ", ".join(["self", *names])
+            args = "".join(f"{n}, " for n in self.positional)
+            kwargs = ", ".join(f"{k!r}: {k}" for k in self.keywords)
+            call = f"self._graphport_inputs(({args}), {{{kwargs}}})"
+        else:
+            params, call = "self, *args, **kwargs", "self._graphport_inputs(args, kwargs)"
+        leaves = [v.split(":")[0].split("#")[0].strip() for v in free_vars if v != "self"]
+        head = f"def {self._func_name}({params}){maybe_return_annotation}:"
+        if not leaves:
+            return f"{head}\n    {call}"
+        return f"{head}\n    {', '.join(leaves)}, = {call}"
+
+    def generate_output(self, output_args, *, descs=None, repr_fn=None) -> str:
+        return f"return self._graphport_outputs({(repr_fn or repr)(output_args)})"
+
+
+def _plain_names(names: list[str]) -> bool:
+    return len(set(names)) == len(names) and all(
+        n.isidentifier() and not keyword.iskeyword(n) and n not in ("self", "args", "kwargs") for n in names)
+
+
+class ExportedModule(fx.GraphModule):
+    """The module returned by `ExportedProgram.module()`: a GraphModule with the program's
+    parameters and buffers as attributes, callable with the program's arguments."""
 
     def __init__(self, ep):
-        super().__init__()
-        self._ep = ep
-        self._graph_module = ep.graph_module
+        holder = torch.nn.Module()
         sig = ep.graph_signature
-        self._state_kinds: list[tuple[str, str]] = []   # (kind, target) per state placeholder
         for spec in sig.input_specs:
             if spec.kind is InputKind.PARAMETER:
-                _set_attr(self, spec.target, ep.state_dict[spec.target], "parameter")
-                self._state_kinds.append(("parameter", spec.target))
+                _set_attr(holder, spec.target, ep.state_dict[spec.target], "parameter")
             elif spec.kind is InputKind.BUFFER:
                 value = ep.state_dict.get(spec.target, ep.constants.get(spec.target))
-                _set_attr(self, spec.target, value, "buffer", spec.persistent is not False)
-                self._state_kinds.append(("buffer", spec.target))
+                _set_attr(holder, spec.target, value, "buffer", spec.persistent is not False)
             elif spec.kind is InputKind.CONSTANT_TENSOR:
-                _set_attr(self, spec.target, ep.constants[spec.target], "constant")
-                self._state_kinds.append(("constant", spec.target))
-        self._user_inputs = [s for s in sig.input_specs if s.kind is InputKind.USER_INPUT]
-        self._placeholder_vals = {n.name: n.meta.get("val") for n in ep.graph.nodes if n.op == "placeholder"}
-        self._mutations = [(s.kind, s.target) for s in sig.output_specs if s.kind is not OutputKind.USER_OUTPUT]
+                _set_attr(holder, spec.target, ep.constants[spec.target], "constant")
+        for node in ep.graph.nodes:
+            if node.op == "get_attr":
+                _set_attr(holder, node.target, _get_attr(ep.graph_module, node.target), "attribute")
+        graph = _unlifted_graph(ep)
         call = ep.call_spec
-        self._in_spec, self._out_spec = call.in_spec, call.out_spec
+        positional = list(call.forward_arg_names or [])[:call.in_spec.child(0).num_children]
+        positional += [f"arg{i}" for i in range(len(positional), call.in_spec.child(0).num_children)]
+        graph.set_codegen(_ProgramCodeGen(positional, list(call.in_spec.child(1).context), call.in_spec,
+                                          call.out_spec))
+        self._ep = ep
+        super().__init__(holder, graph, class_name="GraphModule")
+        self._finish(holder)
+
+    def _finish(self, source: torch.nn.Module) -> None:
+        """What GraphModule's constructor (and its deepcopy) leaves out: non-persistent
+        buffers, the other names of tied tensors (values taken from `source`), the call checks."""
+        ep, sig = self._ep, self._ep.graph_signature
+        for spec in sig.input_specs:
+            if spec.kind is InputKind.BUFFER and spec.persistent is False:
+                _set_attr(self, spec.target, _get_attr(source, spec.target), "buffer", persistent=False)
+        owner = {id(v): name for name, v in ep.state_dict.items() if _has_attr(self, name)}
+        for name, value in ep.state_dict.items():     # a tied tensor's other names
+            if not _has_attr(self, name):
+                value = _get_attr(self, owner[id(value)]) if id(value) in owner else value
+                _set_attr(self, name, value, "parameter" if isinstance(value, torch.nn.Parameter) else "buffer")
+        self._user_inputs = [s for s in sig.input_specs if s.kind is InputKind.USER_INPUT]
+        # the capture's own values (meta, sizes as the capture saw them), which the checks are written for
+        self._placeholder_vals = {n.name: getattr(n.meta.get("val"), "gp_meta", n.meta.get("val"))
+                                  for n in ep.graph.nodes if n.op == "placeholder"}
+        self._in_spec, self._out_spec = ep.call_spec.in_spec, ep.call_spec.out_spec
         self._paths = ep.input_paths
+        self.register_forward_pre_hook(_check_call, with_kwargs=True)
 
-    def _state_values(self) -> list[torch.Tensor]:
-        return [_get_attr(self, target) for _, target in self._state_kinds]
+    def __deepcopy__(self, memo):
+        copied = super().__deepcopy__(memo)
+        copied._ep = self._ep
+        copied._finish(copied)
+        return copied
 
-    def forward(self, *args, **kwargs):
-        leaves = self._check_inputs(args, kwargs)
-        state = self._state_values()
-        outputs = self._graph_module(*state, *leaves)
-        n_mut = len(self._mutations)
-        user_inputs_by_name = {s.arg.name: leaf for s, leaf in zip(self._user_inputs, leaves)}
-        with torch.no_grad():
-            for (kind, target), value in zip(self._mutations, outputs[:n_mut]):
-                if kind is OutputKind.USER_INPUT_MUTATION:
-                    user_inputs_by_name[target].copy_(value)
-                else:
-                    _get_attr(self, target).copy_(value)
-        return pytree.tree_unflatten(list(outputs[n_mut:]), self._out_spec)
-
-    def _check_inputs(self, args: tuple, kwargs: dict) -> list[Any]:
+    def _graphport_inputs(self, args: tuple, kwargs: dict) -> list[Any]:
+        """The leaves of a call in the graph's order. The call was checked before forward
+        ran (`_check_call`); a direct `forward` call has its structure checked here."""
         flat, spec = pytree.tree_flatten((args, kwargs))
+        if spec != self._in_spec:
+            flat, _ = self._leaves(args, kwargs)
+        return flat
+
+    def _leaves(self, args: tuple, kwargs: dict) -> tuple[list[Any], bool]:
+        """(leaves, whether the call had the export's exact structure); refuses other structures.
+        Dicts (keyword arguments included) are matched by key, in any order."""
+        flat, spec = pytree.tree_flatten((args, kwargs))
+        if spec == self._in_spec:
+            return flat, True
+        flat, spec = pytree.tree_flatten(_keys_in_order((args, kwargs), self._in_spec))
         if spec != self._in_spec:
             where, what = _first_difference(self._in_spec, spec, self._ep.call_spec.forward_arg_names or [])
             raise InputStructureError(
                 f"input {where} {what}; the program was exported for inputs structured as\n"
                 f"  {_tree_summary(self._in_spec)}\n  and was called with\n  {_tree_summary(spec)}",
                 fix=f"call with {where} structured as at export (same arguments, keywords, keys and lengths)")
+        return flat, False
+
+    def print_readable(self, *args, **kwargs):
+        with plain_values(self):
+            return super().print_readable(*args, **kwargs)
+
+    def _graphport_outputs(self, outputs: Any) -> Any:
+        return pytree.tree_unflatten(list(outputs), self._out_spec)
+
+    def _check_call_values(self, args: tuple, kwargs: dict) -> None:
+        """Refuse a call the program is not valid for: structure, dtypes, sizes, scalars."""
+        self._check_values(self._leaves(args, kwargs)[0])
+
+    def _check_values(self, flat: list) -> None:
         for i, (leaf, spec_) in enumerate(zip(flat, self._user_inputs)):
             path = self._paths[i] if i < len(self._paths) else spec_.arg.name
             expected = self._placeholder_vals[spec_.arg.name]
@@ -133,7 +247,6 @@ class ExportedModule(torch.nn.Module):
                     "was exported with one tensor passed for both, and may have taken a path that relies on it",
                     fix=f"pass the same tensor for both, or export with distinct example tensors for "
                         f"{self._paths[first]} and {self._paths[i]}")
-        return flat
 
 
 def check_shapes(contract, flat: list, paths: list[str]) -> None:
@@ -186,6 +299,69 @@ def check_shapes(contract, flat: list, paths: list[str]) -> None:
             raise InputGuardError(f"the inputs' sizes {shown} break the program's shape relation {readable}{site}",
                                   fix="pass sizes that satisfy the relation, or export with examples that take "
                                       "the path you need")
+
+
+def _check_call(module: ExportedModule, args: tuple, kwargs: dict) -> None:
+    """Every call is checked before forward binds its arguments, so a call shaped unlike the
+    export (an extra argument, a keyword for a positional one) is refused by name, as
+    torch.export's module refuses it. While a program is being exported from this module,
+    only the structure is checked: the exporter's own spec decides the sizes."""
+    if torch.compiler.is_exporting():
+        module._leaves(args, kwargs)
+    else:
+        module._check_call_values(args, kwargs)
+
+
+def _unlifted_graph(ep) -> fx.Graph:
+    """The program's graph with parameters, buffers and constants read from the module
+    (`get_attr`) instead of passed in, and its mutation outputs written back in place."""
+    graph = fx.Graph()
+    sig = ep.graph_signature
+    spec_of = {s.arg.name: s for s in sig.input_specs}
+    mutated = set(sig.buffers_to_mutate.values())
+    env: dict[fx.Node, fx.Node] = {}
+    placeholders = [n for n in ep.graph.nodes if n.op == "placeholder"]
+    for node in placeholders:
+        if spec_of[node.name].kind is InputKind.USER_INPUT:
+            env[node] = new = graph.placeholder(node.target)
+            new.name = node.name            # `input` stays `input`, as torch names it
+            new.meta = dict(node.meta)
+    for node in placeholders:
+        spec = spec_of[node.name]
+        if spec.kind is not InputKind.USER_INPUT:
+            env[node] = new = graph.get_attr(spec.target)
+            new.meta = dict(node.meta)
+            if spec.target in mutated:
+                env[node] = graph.call_function(snapshot_buffer, (new,))
+                env[node].meta = dict(node.meta)
+    for node in ep.graph.nodes:
+        if node.op == "placeholder":
+            continue
+        if node.op != "output":
+            env[node] = graph.node_copy(node, lambda n: env[n])
+            continue
+        outputs = list(node.args[0])
+        mutations = [s for s in sig.output_specs if s.kind is not OutputKind.USER_OUTPUT]
+        users = {s.arg.name: env[n] for n, s in zip(placeholders, sig.input_specs)
+                 if s.kind is InputKind.USER_INPUT}
+        for spec, value in zip(mutations, outputs):
+            target = users[spec.target] if spec.kind is OutputKind.USER_INPUT_MUTATION else graph.get_attr(spec.target)
+            graph.call_function(write_back, (target, env[value]))
+        graph.output(fx.map_arg(tuple(outputs[len(mutations):]), lambda n: env[n]))
+    return graph
+
+
+def _keys_in_order(tree: Any, spec: pytree.TreeSpec) -> Any:
+    """`tree` with every plain dict that has the keys `spec` expects reordered as the spec
+    orders them: inputs are matched by key, as torch.export's module matches them."""
+    if spec.is_leaf():
+        return tree
+    if spec.type is dict and type(tree) is dict and set(tree) == set(spec.context) \
+            and len(spec.context) == spec.num_children:
+        return {k: _keys_in_order(tree[k], spec.child(i)) for i, k in enumerate(spec.context)}
+    if spec.type in (tuple, list) and type(tree) is spec.type and len(tree) == spec.num_children:
+        return spec.type(_keys_in_order(t, spec.child(i)) for i, t in enumerate(tree))
+    return tree
 
 
 def _first_difference(expected: pytree.TreeSpec, got: pytree.TreeSpec, arg_names: list[str]) -> tuple[str, str]:

@@ -33,6 +33,7 @@ from .mode import CaptureMode
 from .outputs import finish_graph
 from .recorder import Recorder
 from .sizes import SizeValues
+from .torch_fn import TorchFunctionTracker
 from .state import ModuleState
 
 __all__ = ["Captured", "capture", "argument_names", "input_paths"]
@@ -76,6 +77,8 @@ def capture(fn: Callable, args: tuple, kwargs: dict, root: torch.nn.Module | Non
         stack.enter_context(capture_environment(hooks, symbolic=shapes is not None))
         if calls is not None:
             stack.enter_context(calls.preserving(root, preserve))
+        if locations:
+            stack.enter_context(TorchFunctionTracker(rec.enter_torch_fn))
         with state.swapped() if state is not None else contextlib.nullcontext(), CaptureMode(rec, policy):
             out = fn(*inputs.tracer_args, **inputs.tracer_kwargs)
         rec.module_stack.clear()

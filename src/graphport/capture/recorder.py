@@ -9,6 +9,7 @@ other views of that base are recomputed from it when next used.
 from __future__ import annotations
 
 import contextlib
+import keyword
 import operator
 from typing import Any, Callable
 
@@ -18,6 +19,7 @@ import torch.fx as fx
 from .. import _torch
 from ..errors import InternalError
 from ..ops.views import COVERS_SOURCE, ViewStep, replay, scatter_back
+from ..passes.metadata import DEVICE_KEY
 from ..source import user_stack
 from .meta_cache import MetaCache
 from .scope import Scope
@@ -33,6 +35,7 @@ class Recorder:
         self.entry_frame = entry_frame
         self.locations = locations   # False: nodes get no source location or module stack (a proof re-trace)
         self.module_stack: list[tuple[str, str, str]] = []  # (call key, fqn, qualified type) of active calls
+        self.torch_fn: tuple | None = None                  # the torch function running (torch_fn.py)
         self.constants: dict[int, TracerTensor] = {}       # id(real tensor) -> its lifted tracer
         self.constant_values: dict[str, torch.Tensor] = {}  # target -> real tensor
         self.constant_names: dict[int, str] = {}           # id(attribute tensor) -> attribute fqn
@@ -63,6 +66,9 @@ class Recorder:
 
     def placeholder(self, name: str, example: Any) -> fx.Node:
         node = self.root.graph.placeholder(name)
+        if node.name != name and name.isidentifier() and not keyword.iskeyword(name) \
+                and all(n.name != name for n in self.placeholders):
+            node.name = name    # fx avoids builtins (`input` -> `input_1`); torch.export keeps the argument's name
         node.meta["val"] = example
         self.placeholders.append(node)
         return node
@@ -70,6 +76,7 @@ class Recorder:
     def tracer_for_placeholder(self, name: str, real: torch.Tensor, meta: torch.Tensor | None = None) -> TracerTensor:
         meta = meta_like(real) if meta is None else meta
         node = self.placeholder(name, meta)
+        node.meta[DEVICE_KEY] = real.device
         tracer = TracerTensor(meta, real.device, node.name)
         self.root.bind(tracer, node, 0)
         self.placeholder_tracers.add(id(tracer))
@@ -155,7 +162,15 @@ class Recorder:
         if scope.recording and self.locations:
             node.meta["gp_stack"] = user_stack(self.entry_frame) or self.fallback_stack
             node.meta["nn_module_stack"] = {f"L__self__{key}": (fqn, typ) for key, fqn, typ in self.module_stack}
+            if self.torch_fn is not None:
+                label, qualified, func = self.torch_fn
+                node.meta["torch_fn"] = (label, qualified)
+                node.meta["source_fn_stack"] = [(label, func)]
         return node
+
+    def enter_torch_fn(self, torch_fn: tuple | None) -> None:
+        """(label, qualified name, function) of the torch function now running, or None."""
+        self.torch_fn = torch_fn
 
     def wrap(self, val: Any, node: fx.Node, device: torch.device, view_of: TracerTensor | None = None,
              step: tuple | None = None) -> Any:
@@ -174,6 +189,7 @@ class Recorder:
         return val
 
     def _wrap_one(self, meta, node, device, view_of, step, index) -> TracerTensor:
+        node.meta.setdefault(DEVICE_KEY, device)
         if view_of is None:
             t = TracerTensor(meta, device, node.name)
             self.scope.bind(t, node, 0)

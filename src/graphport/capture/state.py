@@ -95,7 +95,12 @@ class ModuleState:
         return self.rec.root_value(tracer) is not self.nodes[id(tracer)]
 
     def state_dict(self) -> dict[str, torch.Tensor]:
-        return {**{n: p for n, p, _ in self.params}, **{n: b for n, b, _, keep in self.buffers if keep}}
+        """Every name the module's own state_dict() has: a tensor shared by two modules (tied
+        embeddings) appears under both names, one tensor behind them."""
+        lifted = {id(p) for _, p, _ in self.params} | {id(b) for _, b, _, keep in self.buffers if keep}
+        named = {n: t for n, t in self.root.state_dict(keep_vars=True).items()
+                 if isinstance(t, torch.Tensor) and id(t) in lifted}
+        return {**named, **{n: p for n, p, _ in self.params}, **{n: b for n, b, _, keep in self.buffers if keep}}
 
     def non_persistent(self) -> dict[str, torch.Tensor]:
         """Non-persistent buffers live with the constants, as in torch.export."""

@@ -1,6 +1,7 @@
 """The dynamic-shapes spec API, as torch.export's: Dim, dims, derived dims, ShapesCollection."""
 from __future__ import annotations
 
+import inspect
 import re
 from typing import Any
 
@@ -13,13 +14,28 @@ INT_OO = sympy.oo
 
 
 class _DimHint:
-    """Dim.AUTO / Dim.DYNAMIC / Dim.STATIC: a dimension's kind without a name or range."""
+    """Dim.AUTO / Dim.DYNAMIC / Dim.STATIC: a dimension's kind without a name; each may be
+    called for bounds, `Dim.DYNAMIC(min=2, max=64)`, as in torch.export (a static dim keeps
+    the example's size, so STATIC's bounds have no effect, as in torch)."""
 
-    def __init__(self, kind: str):
-        self.kind = kind
+    def __init__(self, kind: str, min: int | None = None, max: int | None = None):
+        self.kind, self.min, self.max = kind, min, max
+
+    def __call__(self, *, min: int | None = None, max: int | None = None) -> "_DimHint":
+        lo, hi = 0 if min is None else min, INT_OO if max is None else max
+        if not isinstance(lo, int) or (hi is not INT_OO and not isinstance(hi, int)) or lo < 0 or lo > hi:
+            raise InvalidDimError(f"Dim.{self.kind} has an invalid range min={min}, max={max}",
+                                  fix="use integers with 0 <= min <= max")
+        return _DimHint(self.kind, min, max)
+
+    @property
+    def range(self) -> tuple[int, Any]:
+        """(lowest, highest) size the hint allows; sizes 0 and 1 are specialized, so at least 2."""
+        return (max(2, self.min or 0), INT_OO if self.max is None else self.max)
 
     def __repr__(self) -> str:
-        return f"Dim.{self.kind}"
+        bounds = [f"{k}={v}" for k, v in (("min", self.min), ("max", self.max)) if v is not None]
+        return f"Dim.{self.kind}" + (f"({', '.join(bounds)})" if bounds else "")
 
 
 class Dim:
@@ -140,8 +156,64 @@ class ShapesCollection:
         entry = self._by_id.get(id(tensor))
         return None if entry is None else entry[1]
 
-    def dynamic_shapes(self, model, args: tuple, kwargs: dict | None = None):
-        """The equivalent nested spec, for code that wants torch.export's form."""
+    def dynamic_shapes(self, model, args: tuple, kwargs: dict | None = None) -> dict[str, Any]:
+        """The equivalent spec keyed by argument name, as torch.export's ShapesCollection gives
+        it; graphport.export accepts it as dynamic_shapes."""
         pytree = _torch.pytree
-        return pytree.tree_map(lambda t: self.spec_for(t) if hasattr(t, "shape") else None,
-                               (tuple(args), dict(kwargs or {})))
+        named = _by_argument_name(model, tuple(args), dict(kwargs or {}))
+        return {name: pytree.tree_map(lambda t: self.spec_for(t) if hasattr(t, "shape") else None, value)
+                for name, value in named.items()}
+
+
+class AdditionalInputs:
+    """Several sets of example inputs; each dimension whose size differs between them is
+    dynamic (Dim.DYNAMIC), the others static. `export` also checks that the program it
+    captured accepts every set."""
+
+    def __init__(self):
+        self.examples: list[tuple[tuple, dict]] = []
+
+    def add(self, args: tuple, kwargs: dict | None = None) -> None:
+        if not isinstance(args, tuple):
+            raise UnsupportedInputError(f"AdditionalInputs.add expects args as a tuple, got a "
+                                        f"{type(args).__qualname__}", fix="wrap a single input: add((x,))")
+        self.examples.append((args, dict(kwargs or {})))
+
+    def dynamic_shapes(self, model, args: tuple, kwargs: dict | None = None) -> dict[str, Any]:
+        pytree = _torch.pytree
+        sets = [(tuple(args), dict(kwargs or {})), *self.examples]
+        flat, spec = pytree.tree_flatten(sets[0])
+        others = []
+        for extra in sets[1:]:
+            leaves, extra_spec = pytree.tree_flatten(extra)
+            if extra_spec != spec:
+                raise UnsupportedInputError(
+                    "the additional inputs are structured unlike the example inputs",
+                    fix="give every input set the same arguments, keywords, containers and tensor ranks")
+            others.append(leaves)
+        specs = []
+        for i, leaf in enumerate(flat):
+            if not hasattr(leaf, "shape"):
+                specs.append(None)
+                continue
+            shapes = [tuple(leaf.shape)] + [tuple(o[i].shape) for o in others]
+            if len({len(s) for s in shapes}) != 1:
+                raise UnsupportedInputError(f"input leaf {i} has different ranks across the additional inputs",
+                                            fix="give every input set tensors of the same rank")
+            specs.append({d: Dim.DYNAMIC for d in range(len(shapes[0])) if len({s[d] for s in shapes}) > 1}
+                         or None)
+        positional, keyword = pytree.tree_unflatten(specs, spec)
+        return _by_argument_name(model, positional, keyword)
+
+
+def _by_argument_name(model, args: tuple, kwargs: dict) -> dict[str, Any]:
+    """{argument name: value} for a call of `model`, as torch.export keys specs."""
+    target = model.forward if hasattr(model, "forward") else model
+    try:
+        params = list(inspect.signature(target).parameters.values())
+    except (TypeError, ValueError):
+        params = []
+    positional = [p.name for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    var = next((p.name for p in params if p.kind is p.VAR_POSITIONAL), "args")
+    names = [positional[i] if i < len(positional) else f"{var}_{i - len(positional)}" for i in range(len(args))]
+    return {**dict(zip(names, args)), **kwargs}

@@ -156,7 +156,7 @@ def _create_symbols(flat, per_leaf: dict[int, dict[int, Any]], paths: list[str])
         for d, item in per_leaf.get(i, {}).items():
             size = leaf.shape[d]
             where = f"{paths[i]}.shape[{d}]"
-            if item is None or item is Dim.STATIC or isinstance(item, int):
+            if item is None or (isinstance(item, _DimHint) and item.kind == "STATIC") or isinstance(item, int):
                 if isinstance(item, int) and item != size:
                     violations.append(f"- {where} is {size} in the example, but the spec fixes it to {item}")
                 continue
@@ -165,14 +165,19 @@ def _create_symbols(flat, per_leaf: dict[int, dict[int, Any]], paths: list[str])
                     message = (f"{where} is marked Dim.{item.kind} but its example size is {size}; sizes 0 and 1 "
                                f"are specialized, so it is static. Use an example with {where} >= 2 to keep it "
                                "dynamic")
-                    if item is Dim.DYNAMIC:
+                    if item.kind == "DYNAMIC":
                         violations.append("- " + message)
                     else:
                         shapes.specialized.append(message)
                     continue
-                sym = env.create_symbol(size, ValueRange(2, INT_OO), f"{paths[i]}_size_{d}", (i, d),
-                                        auto=item is Dim.AUTO)
-                shapes.kinds[sym] = "auto" if item is Dim.AUTO else "dynamic"
+                lo, hi = item.range
+                if not lo <= size <= hi:
+                    violations.append(f"- {where} is {size} in the example, outside the range [{lo}, "
+                                      f"{'inf' if hi is INT_OO else hi}] of {item!r}")
+                    continue
+                sym = env.create_symbol(size, ValueRange(lo, hi), f"{paths[i]}_size_{d}", (i, d),
+                                        auto=item.kind == "AUTO")
+                shapes.kinds[sym] = "auto" if item.kind == "AUTO" else "dynamic"
                 sizes[d] = sym
                 continue
             if not isinstance(item, (Dim, DerivedDim)):
@@ -213,6 +218,11 @@ def _create_symbols(flat, per_leaf: dict[int, dict[int, Any]], paths: list[str])
                         f"{root.name} = {env.symbols[sym].hint}: inputs sharing a Dim need consistent example sizes")
                     continue
             sizes[d] = coeff * sym + offset
+            if offset < 0:   # a size is never negative: d - 1 needs d >= 1
+                info = env.symbols[sym]
+                floor = -(offset // coeff)
+                if info.declared.lower < floor:
+                    info.declared = ValueRange(floor, info.declared.upper)
         shapes.sizes[i] = sizes
     if violations:
         raise ConstraintViolationError("the example inputs do not fit dynamic_shapes:\n" + "\n".join(violations),

@@ -1,0 +1,27 @@
+"""Which torch-level function each recorded operator runs inside (`torch.add`, `F.linear`,
+`Tensor.view`): the `torch_fn` and `source_fn_stack` metadata torch.export's consumers read
+(quantization and partitioning passes group nodes by the function that made them)."""
+from __future__ import annotations
+
+from typing import Any, Callable
+
+from torch.overrides import TorchFunctionMode
+
+
+class TorchFunctionTracker(TorchFunctionMode):
+    """Remembers the outermost torch function being run; a mode is off while its own handler
+    runs, so functions called inside that one are not seen (they belong to it)."""
+
+    def __init__(self, on_enter: Callable[[tuple | None], None]):
+        super().__init__()
+        self.on_enter = on_enter
+        self.counts: dict[str, int] = {}
+
+    def __torch_function__(self, func, types, args=(), kwargs=None) -> Any:
+        name = getattr(func, "__name__", type(func).__name__)
+        self.counts[name] = count = self.counts.get(name, 0) + 1
+        self.on_enter((f"{name}_{count}", f"{type(func).__name__}.{name}", func))
+        try:
+            return func(*args, **(kwargs or {}))
+        finally:
+            self.on_enter(None)

@@ -1,0 +1,101 @@
+"""`draft_export`: export that works around the shape problems it can, and says what it did.
+
+Where `export` stops at a dynamic_shapes spec the program contradicts (a dim it
+specializes, narrows, or relates to another), `draft_export` applies the error's suggested
+fix to the spec, exports again, and records the problem with its file:line and the fix, so
+the user can paste the final spec into `export`. Problems it cannot work around soundly
+(a branch on a tensor's value) end it with their error, as `export` would, carrying the
+issues found so far on the error (`err.report`).
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import torch
+
+from .errors import ConstraintViolationError
+from .export import export
+from .program import ExportedProgram
+from .shapes.check import refine_dynamic_shapes_from_suggested_fixes
+from .source import SourceLocation
+
+_MAX_ROUNDS = 8   # each round fixes at least one dim; a spec has few
+
+
+@dataclass
+class DraftIssue:
+    """One problem worked around: what the program required, where, and the fix applied."""
+    kind: str                         # "guard added": the spec was narrowed or related to fit it
+    what: str
+    location: SourceLocation | None
+    fix: str
+
+    def __str__(self) -> str:
+        where = f"\n    at {self.location.describe()}" if self.location is not None else ""
+        return f"[{self.kind}] {self.what}{where}\n    fix applied: {self.fix}"
+
+
+@dataclass
+class DraftExportReport:
+    """The issues draft_export worked around, and the spec that export accepts as is."""
+    failures: list[DraftIssue] = field(default_factory=list)
+    dynamic_shapes: Any = None
+
+    def successful(self) -> bool:
+        return not self.failures
+
+    def __str__(self) -> str:
+        if not self.failures:
+            return "draft_export: no issues found; export gives the same program"
+        lines = [f"draft_export: {len(self.failures)} issue(s) worked around; export accepts the program with",
+                 f"    dynamic_shapes={self.dynamic_shapes!r}", ""]
+        lines += [f"{i}. {issue}" for i, issue in enumerate(self.failures, 1)]
+        return "\n".join(lines)
+
+
+_VIOLATION = re.compile(r"^- (.*?)(?: \(at (.+):(\d+) in (\S+)\))?$")
+_FIX = re.compile(r"^\s+(\w+) = (.+)$")
+
+
+def _issues(err: ConstraintViolationError) -> list[DraftIssue]:
+    """One issue per violation the error lists, each with the suggested fixes naming its dims."""
+    head, _, fixes_text = err.what.partition("Suggested fixes:")
+    fixes = [m.groups() for m in map(_FIX.match, fixes_text.splitlines()) if m]
+    issues = []
+    for line in head.splitlines():
+        match = _VIOLATION.match(line)
+        if match is None:
+            continue
+        what, filename, lineno, function = match.groups()
+        location = SourceLocation(filename, int(lineno), function) if filename else err.location
+        named = [f"{name} = {value}" for name, value in fixes if re.search(rf"\b{re.escape(name)}\b", what)]
+        issues.append(DraftIssue("guard added", what, location, "; ".join(named) or str(err.fix)))
+    return issues or [DraftIssue("guard added", head.strip(), err.location, str(err.fix))]
+
+
+def draft_export(mod: torch.nn.Module | Callable, args: tuple, kwargs: dict | None = None, *,
+                 dynamic_shapes: Any = None, **options: Any) -> ExportedProgram:
+    """Export `mod`, refining `dynamic_shapes` wherever the program contradicts it. The
+    returned program has the report as `ep._report` (as torch's draft_export does)."""
+    report = DraftExportReport(dynamic_shapes=dynamic_shapes)
+    for _ in range(_MAX_ROUNDS):
+        try:
+            ep = export(mod, args, kwargs, dynamic_shapes=report.dynamic_shapes, **options)
+        except ConstraintViolationError as err:
+            refined = refine_dynamic_shapes_from_suggested_fixes(err.msg, report.dynamic_shapes)
+            if refined is report.dynamic_shapes or repr(refined) == repr(report.dynamic_shapes):
+                err.report = report
+                raise
+            report.failures += _issues(err)
+            report.dynamic_shapes = refined
+            continue
+        except Exception as err:
+            err.report = report
+            raise
+        ep._report = report
+        return ep
+    raise ConstraintViolationError(
+        f"draft_export could not settle dynamic_shapes after {_MAX_ROUNDS} rounds of fixes:\n{report}",
+        fix="start from the spec in the report and export again")

@@ -1,0 +1,117 @@
+"""Node metadata as torch.export's consumers read it, written once the program is final.
+
+Capture computes every value on the meta device; torch's fake values instead report the
+device the value has at run time (`cpu`, `cuda`), and passes written for torch.export read
+`val.device`, `tensor_meta`, `torch_fn` and friends. Each tensor `val` becomes a
+`RuntimeValue`: the same sizes (symbolic ones included), strides and dtype, reporting the
+recorded device, still computing on the meta device when an operator is applied to it.
+"""
+from __future__ import annotations
+
+import contextlib
+from typing import Any, Iterator
+
+import torch
+import torch.fx as fx
+from torch.fx.passes.shape_prop import TensorMetadata
+
+from .. import _torch
+
+pytree = _torch.pytree
+DEVICE_KEY = "gp_device"     # set by capture on the nodes whose device it knows
+
+
+class RuntimeValue(torch.Tensor):
+    """A value's metadata, reporting its run-time device; operators on it run on its meta
+    twin and give RuntimeValues on the same device, as torch's fake tensors do."""
+
+    gp_meta: torch.Tensor
+
+    __torch_function__ = _torch.disabled_torch_function_impl
+
+    @staticmethod
+    def __new__(cls, meta: torch.Tensor, device: torch.device):
+        t = _torch.make_wrapper_subclass(
+            cls, meta.size(), strides=meta.stride(), storage_offset=meta.storage_offset(),
+            dtype=meta.dtype, layout=meta.layout, device=device, requires_grad=meta.requires_grad)
+        t.gp_meta = meta
+        return t
+
+    @classmethod
+    def __torch_dispatch__(cls, func, types, args=(), kwargs=None):
+        device = next(a.device for a in pytree.tree_leaves((args, kwargs)) if isinstance(a, RuntimeValue))
+        meta_args, meta_kwargs = pytree.tree_map_only(RuntimeValue, lambda v: v.gp_meta, (args, kwargs or {}))
+        out = func(*meta_args, **meta_kwargs)
+        return pytree.tree_map_only(torch.Tensor, lambda v: RuntimeValue(v, device) if v.is_meta else v, out)
+
+    def __repr__(self) -> str:
+        return f"RuntimeValue({str(self.dtype).removeprefix('torch.')}{list(self.shape)}, device='{self.device}')"
+
+    def __deepcopy__(self, memo):
+        return self
+
+
+def finish_metadata(gm: fx.GraphModule) -> None:
+    """Every node of `gm` and of its subgraphs: `val` on its run-time device, and
+    `tensor_meta` for tensors."""
+    for graph_module in [gm, *(m for m in gm.modules() if isinstance(m, fx.GraphModule) and m is not gm)]:
+        devices: dict[fx.Node, torch.device] = {}
+        for node in graph_module.graph.nodes:
+            device = node.meta.pop(DEVICE_KEY, None) or _device_of_inputs(node, devices)
+            devices[node] = device
+            if "val" in node.meta:
+                node.meta["val"] = _on_device(node.meta["val"], device)
+                meta = _tensor_meta(node.meta["val"])
+                if meta is not None:
+                    node.meta["tensor_meta"] = meta
+
+
+def _device_of_inputs(node: fx.Node, devices: dict[fx.Node, torch.device]) -> torch.device:
+    for arg in node.all_input_nodes:
+        if isinstance(arg.meta.get("val"), torch.Tensor) and arg in devices:
+            return devices[arg]
+    return torch.device("cpu")
+
+
+def _on_device(val: Any, device: torch.device) -> Any:
+    return pytree.tree_map_only(torch.Tensor, lambda v: RuntimeValue(v, device) if v.is_meta else v, val)
+
+
+def _tensor_meta(val: Any) -> Any:
+    if isinstance(val, torch.Tensor):
+        return TensorMetadata(val.shape, val.dtype, val.requires_grad, val.stride(), _memory_format(val),
+                              False, {})
+    if isinstance(val, (list, tuple)) and any(isinstance(v, torch.Tensor) for v in val):
+        return type(val)(_tensor_meta(v) for v in val)
+    return None
+
+
+def _memory_format(val: torch.Tensor) -> torch.memory_format | None:
+    """The format the strides follow, decided only for static shapes (a symbolic one would
+    need a guard to compare)."""
+    if not all(type(s) is int for s in (*val.shape, *val.stride())):
+        return None
+    for fmt in (torch.contiguous_format, torch.channels_last, torch.channels_last_3d):
+        if (fmt is torch.channels_last and val.dim() != 4) or (fmt is torch.channels_last_3d and val.dim() != 5):
+            continue
+        if getattr(val, "gp_meta", val).is_contiguous(memory_format=fmt):
+            return fmt
+    return None
+
+
+@contextlib.contextmanager
+def plain_values(gm: fx.GraphModule) -> Iterator[None]:
+    """fx prints annotations plainly (`f32[2, 3]`) only for plain and fake tensors; while
+    printing, each value is shown by its meta twin (same sizes and dtype)."""
+    saved = []
+    for graph_module in [gm, *(m for m in gm.modules() if isinstance(m, fx.GraphModule) and m is not gm)]:
+        for node in graph_module.graph.nodes:
+            val = node.meta.get("val")
+            if isinstance(val, RuntimeValue):
+                saved.append((node, val))
+                node.meta["val"] = val.gp_meta
+    try:
+        yield
+    finally:
+        for node, val in saved:
+            node.meta["val"] = val
