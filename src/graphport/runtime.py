@@ -204,6 +204,13 @@ class ExportedModule(fx.GraphModule):
     def _graphport_outputs(self, outputs: Any) -> Any:
         return pytree.tree_unflatten(list(outputs), self._out_spec)
 
+    def checked_leaves(self, args: tuple, kwargs: dict) -> list[Any]:
+        """The call's leaves in the graph's order, after every check a call of this module
+        makes (for modules that run the program's graph their own way: unflatten)."""
+        flat = self._leaves(args, kwargs)[0]
+        self._check_values(flat)
+        return flat
+
     def _check_call_values(self, args: tuple, kwargs: dict) -> None:
         """Refuse a call the program is not valid for: structure, dtypes, sizes, scalars."""
         self._check_values(self._leaves(args, kwargs)[0])

@@ -17,6 +17,7 @@ import torch
 from safetensors.torch import load_file
 
 from ..errors import ArtifactError, GraphportError
+from ..passes.metadata import finish_metadata
 from ..passes.verifier import verify
 from ..program import ExportedProgram
 from .archive import ArchiveReader, ArchiveWriter, dump_json
@@ -138,6 +139,7 @@ def _load(reader: ArchiveReader, extra_files: dict | None, weights: dict | None)
             if member in reader.members:
                 extra_files[name] = reader.read(member, reader.limits.max_extra_file_bytes).decode("utf-8", "replace")
     check_graph(ep.graph_module, symbolic=doc.get("shape_env") is not None)
+    finish_metadata(ep.graph_module)
     try:
         verify(ep)
     except GraphportError as e:

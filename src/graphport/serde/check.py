@@ -17,6 +17,7 @@ from .. import _torch
 from ..capture.environment import capture_environment
 from ..capture.meta_cache import MetaCache
 from ..errors import ArtifactError
+from ..passes.metadata import RuntimeValue
 
 _META = torch.device("meta")
 
@@ -36,7 +37,7 @@ def _check(gm: fx.GraphModule, cache: MetaCache) -> None:
             continue
         if "val" not in node.meta:
             raise ArtifactError(f"node '{node.name}' has no recorded value (meta['val'])")
-        # recorded values live on the meta device; so do the ones recomputed here
+        # recomputed on the meta device, where the recorded values' twins live
         args, kwargs = fx.node.map_aggregate((node.args, node.kwargs), _meta_value)
         try:
             got = cache.run(node.target, args, kwargs, lambda: node.target(*args, **kwargs))
@@ -53,7 +54,7 @@ def _meta_value(value: Any) -> Any:
     if isinstance(value, fx.Node):
         if "val" not in value.meta:
             raise ArtifactError(f"node '{value.name}' has no recorded value (meta['val'])")
-        return value.meta["val"]
+        return _torch.pytree.tree_map_only(RuntimeValue, lambda v: v.gp_meta, value.meta["val"])
     return _META if isinstance(value, torch.device) else value
 
 

@@ -46,9 +46,14 @@ def graph_to_json(gm: fx.GraphModule) -> dict:
             "name": n.name, "op": n.op, "target": target,
             "args": encode(tuple(n.args), f"the arguments of {where}"),
             "kwargs": {k: encode(v, f"argument {k} of {where}") for k, v in n.kwargs.items()},
-            "meta": {k: encode(v, f"meta['{k}'] of {where}") for k, v in n.meta.items()},
+            "meta": {k: encode(v, f"meta['{k}'] of {where}") for k, v in n.meta.items() if k not in DERIVED_META},
         })
     return {"nodes": nodes, "subgraphs": subgraphs}
+
+
+# Metadata rebuilt from the rest on load (passes/metadata.py): tensor_meta from val, and
+# source_fn_stack, which holds the torch function object itself (torch_fn names it).
+DERIVED_META = ("tensor_meta", "source_fn_stack")
 
 
 def _attribute(gm: torch.nn.Module, target: str) -> Any:
@@ -115,6 +120,8 @@ def _node(graph: fx.Graph, entry: Any, decoder: Decoder, subgraphs: dict, where:
     if op == "output" and (len(args) != 1 or kwargs) or op in ("placeholder", "get_attr") and (args or kwargs):
         raise ArtifactError(f"node '{name}': a {op} node with arguments it cannot have")
     node = graph.create_node(op, target, args, kwargs, name=name)
+    if node.name != name and op == "placeholder" and name not in decoder.nodes:
+        node.name = name    # fx avoids builtins (`input` -> `input_1`); programs keep the argument's name
     if node.name != name:
         raise ArtifactError(f"node name {_short(name)} is reserved or taken in the graph")
     for key, value in entry["meta"].items():

@@ -17,6 +17,7 @@ import torch
 import torch.fx as fx
 
 from ..errors import ArtifactError
+from ..passes.metadata import RuntimeValue
 from ..shapes.env import ShapeEnv
 from .symbolic import _short, sym_from_json, sym_to_json
 
@@ -69,6 +70,8 @@ def encode(value: Any, where: str) -> Any:
         return {"slice": [encode(value.start, where), encode(value.stop, where), encode(value.step, where)]}
     if isinstance(value, (torch.SymInt, torch.SymFloat, torch.SymBool)):
         return {"sym": sym_to_json(value)}
+    if isinstance(value, RuntimeValue):   # its sizes, and the device it reports
+        return {"tensor": {**_tensor_meta(value.gp_meta, where), "device": str(value.device)}}
     if isinstance(value, torch.Tensor):
         return {"tensor": _tensor_meta(value, where)}
     raise ArtifactError(f"cannot save {where}: it holds a value of type {type(value).__qualname__}, which the "
@@ -171,6 +174,8 @@ class Decoder:
             meta = meta.as_strided(shape, stride, offset)
         if body.get("requires_grad") is True:
             meta.requires_grad_(True)
+        if "device" in body:
+            return RuntimeValue(meta, self._device(body["device"]))
         return meta
 
 

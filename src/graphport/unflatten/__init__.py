@@ -82,10 +82,18 @@ class UnflattenedModule(torch.nn.Module):
         flat, spec = pytree.tree_flatten((args, kwargs))
         # exported again: the structure is checked here, shapes by the new capture's own contract
         if spec != self._in_spec or not torch.compiler.is_exporting():
-            flat = self.__dict__["_gp_checker"]._check_inputs(args, kwargs)
+            flat = self.__dict__["_gp_checker"].checked_leaves(args, kwargs)
         return pytree.tree_unflatten(list(run(self, self.graph, flat)), self._out_spec)
 
     __getitem__ = InterpreterModule.__getitem__
+
+    def state_dict(self, *args, **kwargs):
+        """The original model's names: the copies made for calls that differ (`a@1`) hold the
+        same tensors as the module they copy, and are not state of their own."""
+        state = super().state_dict(*args, **kwargs)
+        for key in [k for k in state if any("@" in part for part in k.split("."))]:
+            del state[key]
+        return state
 
     def set_submodule(self, target: str, module: torch.nn.Module, strict: bool = False) -> None:
         """Swap a submodule; one whose signature was preserved must accept its calling convention."""
