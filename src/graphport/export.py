@@ -24,6 +24,7 @@ from .program import ExportedProgram, ModuleCallEntry, ModuleCallSignature
 from .shapes.check import build_contract, check
 from .shapes.contract import ShapeContract
 from .shapes.spec import InputShapes, resolve
+from .shapes.unbacked import with_data_dependent
 
 
 def export(mod: torch.nn.Module | Callable, args: tuple, kwargs: dict | None = None, *,
@@ -53,6 +54,7 @@ def export(mod: torch.nn.Module | Callable, args: tuple, kwargs: dict | None = N
 
     captured = trace(shapes)
     contract = None if shapes is None else _shape_contract(shapes, captured, trace)
+    contract = with_data_dependent(contract, captured.shape_env)
     for note in [] if shapes is None else shapes.specialized:
         warnings.warn(f"graphport: {note}", stacklevel=2)
     call_graph = [ModuleCallEntry("", ModuleCallSignature([], [], captured.in_spec, captured.out_spec,

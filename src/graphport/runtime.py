@@ -12,7 +12,9 @@ import sympy
 import torch
 
 from . import _torch
-from .errors import InputGuardError, InputStructureError
+from .errors import InputGuardError, InputStructureError, RuntimeCheckError
+from .shapes.contract import ComputedValue
+from .shapes.unbacked import ASSERT_PREFIX
 from .signature import ConstantArgument, InputKind, OutputKind
 
 pytree = _torch.pytree
@@ -76,7 +78,10 @@ class ExportedModule(torch.nn.Module):
     def forward(self, *args, **kwargs):
         leaves = self._check_inputs(args, kwargs)
         state = self._state_values()
-        outputs = self._graph_module(*state, *leaves)
+        try:
+            outputs = self._graph_module(*state, *leaves)
+        except RuntimeError as e:
+            raise failed_check(e) or e
         n_mut = len(self._mutations)
         user_inputs_by_name = {s.arg.name: leaf for s, leaf in zip(self._user_inputs, leaves)}
         with torch.no_grad():
@@ -136,6 +141,23 @@ class ExportedModule(torch.nn.Module):
         return flat
 
 
+def failed_check(error: RuntimeError) -> RuntimeCheckError | None:
+    """A failed runtime assertion of the program's own (capture/data_dependent.py), as a
+    graphport error naming the check and the line that stated it."""
+    text = str(error)
+    start = text.find(ASSERT_PREFIX)
+    if start < 0:
+        return None
+    message = text[start:].splitlines()[0]
+    check, _, where = message.partition(" (stated at ")
+    return RuntimeCheckError(
+        f"the inputs break a fact the program states about a data-dependent value: {check.strip()}"
+        + (f", stated at {where.rstrip(')')}" if where else ""),
+        find_location=False,
+        fix="pass inputs for which the stated check holds, or correct the torch._check / torch._constrain_as_size "
+            "call if the data can legitimately break it")
+
+
 def check_shapes(contract, flat: list, paths: list[str]) -> None:
     """Dynamic dims: each symbol in its range and at a size the capture holds for, every dim
     equal to its expression, every relation true."""
@@ -143,6 +165,8 @@ def check_shapes(contract, flat: list, paths: list[str]) -> None:
     values, where = {}, {}
     for sym, fact in contract.symbols.items():
         src = fact.source
+        if isinstance(src, ComputedValue):
+            continue   # a data-dependent value: the graph's own assertions check it
         size = int(flat[src.index].shape[src.dim])
         at = f"{paths[src.index]}.shape[{src.dim}]"
         if (size - src.offset) % src.coeff:

@@ -21,6 +21,7 @@ import torch
 import torch.fx as fx
 
 from ..ops.policy import EXPORT_DEFAULT, DispatchPolicy
+from ..shapes.env import ShapeEnv
 from ..shapes.spec import InputShapes
 from ..signature import ExportGraphSignature
 from ..source import SourceLocation
@@ -48,6 +49,7 @@ class Captured:
     input_aliases: dict[int, int] = field(default_factory=dict)  # flat input index -> earlier index it must be
     forward_arg_names: list[str] = field(default_factory=list)
     user_calls: set[fx.Node] = field(default_factory=set)  # nodes the program asked for: never dead code
+    shape_env: ShapeEnv | None = None   # its symbols, data-dependent ones (u0, ...) included
 
 
 def capture(fn: Callable, args: tuple, kwargs: dict, root: torch.nn.Module | None,
@@ -68,6 +70,7 @@ def capture(fn: Callable, args: tuple, kwargs: dict, root: torch.nn.Module | Non
         if snapshot is not None:
             stack.callback(snapshot.restore)
         stack.enter_context(capture_environment(hooks, symbolic=shapes is not None))
+        rec.until_done = stack   # contexts capture enters on the way (capture/data_dependent.py)
         with state.swapped() if state is not None else contextlib.nullcontext(), CaptureMode(rec, policy):
             out = fn(*inputs.tracer_args, **inputs.tracer_kwargs)
         rec.module_stack.clear()
@@ -84,6 +87,7 @@ def capture(fn: Callable, args: tuple, kwargs: dict, root: torch.nn.Module | Non
         input_aliases=inputs.aliases,
         forward_arg_names=list(arg_names),
         user_calls=rec.user_calls,
+        shape_env=rec.sizes.env if rec.sizes is not None else None,
     )
 
 

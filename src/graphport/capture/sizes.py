@@ -19,7 +19,7 @@ import sympy
 import torch
 import torch.fx as fx
 
-from ..errors import UnsupportedFeatureError
+from ..errors import InternalError, UnsupportedFeatureError
 from ..shapes.env import ShapeEnv
 from ..shapes.expr import FloorDiv, Mod
 from ..shapes.node import SymNode
@@ -64,6 +64,9 @@ class SizeValues:
         found = self.cache.get(expr)
         if found is not None:
             return found
+        if expr.is_Symbol and expr not in self.env.symbols:
+            # a data-dependent symbol is bound when it is made (capture/data_dependent.py)
+            raise InternalError(f"the data-dependent value {expr} is used where its node is not visible")
         if expr.is_Symbol:
             info = self.env.symbols[expr]
             i, d = info.source
@@ -89,6 +92,17 @@ class SizeValues:
             node = args[0]
             for arg in args[1:]:
                 node = emit(fn, (node, arg), {})
+        elif isinstance(expr, sympy.core.relational.Relational):
+            node = emit(_RELATIONS[expr.rel_op], (self._build(expr.lhs, emit, cache),
+                                                  self._build(expr.rhs, emit, cache)), {})
+        elif isinstance(expr, (sympy.And, sympy.Or)):
+            fn = operator.and_ if isinstance(expr, sympy.And) else operator.or_
+            args = [self._build(a, emit, cache) for a in expr.args]
+            node = args[0]
+            for arg in args[1:]:
+                node = emit(fn, (node, arg), {})
+        elif isinstance(expr, sympy.Not):
+            node = emit(torch.sym_not, (self._build(expr.args[0], emit, cache),), {})
         elif expr.is_Pow and expr.exp.is_Integer and expr.exp > 0:
             node = emit(operator.pow, (self._build(expr.base, emit, cache), int(expr.exp)), {})
         else:
@@ -98,6 +112,9 @@ class SizeValues:
             self.cache[expr] = node
         return node
 
+
+_RELATIONS = {"==": operator.eq, "!=": operator.ne, "<": operator.lt, "<=": operator.le, ">": operator.gt,
+              ">=": operator.ge}
 
 _OPERATORS = {
     "add": operator.add, "sub": operator.sub, "mul": operator.mul, "truediv": operator.truediv,
