@@ -14,6 +14,7 @@ import torch
 from torch._dispatch.python import enable_python_dispatcher
 from torch.utils import _pytree as pytree
 from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._python_dispatch import _disable_current_modes as outside_dispatch_modes
 
 WRITTEN_FOR = "2.13"
 
@@ -31,7 +32,8 @@ make_wrapper_subclass = torch.Tensor._make_wrapper_subclass
 __all__ = ["OpOverload", "HigherOrderOperator", "TorchDispatchMode", "enable_python_dispatcher", "pytree",
            "below_autograd", "make_wrapper_subclass", "disabled_torch_function_impl", "has_kernel",
            "is_composite_implicit", "has_meta_kernel", "higher_order_operators", "compiler_flags",
-           "set_compiler_flags", "hop_entry_module", "decomposition_table", "python_reference"]
+           "set_compiler_flags", "hop_entry_module", "decomposition_table", "python_reference",
+           "outside_dispatch_modes"]
 
 _CIA = torch._C.DispatchKey.CompositeImplicitAutograd
 _META_CAPABLE = (torch._C.DispatchKey.Meta, torch._C.DispatchKey.CompositeExplicitAutograd,

@@ -38,7 +38,7 @@ def shape_env(mode) -> ShapeEnv:
             rec.until_done.enter_context(_torch.enable_python_dispatcher())
     env = rec.sizes.env
     if env.unbacked.asserter is None:
-        env.unbacked.asserter = lambda node: _assert(rec, node)
+        env.unbacked.asserter = lambda node: _assert_from_user_code(rec, node)
     return env
 
 
@@ -46,6 +46,13 @@ def _bind(rec, sym: sympy.Symbol, node) -> None:
     """The graph value that computes `sym` at run time."""
     rec.sizes.cache[sym] = node
     rec.sizes.env.unbacked.infos[sym].node = node.name
+
+
+def _assert_from_user_code(rec, cond: SymNode) -> None:
+    """torch._check runs in the user's code, where the capture mode is active: the nodes
+    that compute the check are made outside it, as inside an operator's dispatch."""
+    with _torch.outside_dispatch_modes():
+        _assert(rec, cond)
 
 
 def _assert(rec, cond: SymNode) -> None:
@@ -243,6 +250,26 @@ def slice_tensor(mode, x, dim=0, start=None, end=None, step=1):
     return out
 
 
+def select_int(mode, x, dim, index):
+    """`x[i]` with a data-dependent i: the element's position (i, or i + size when i < 0) is
+    not known while capturing, so its storage offset is a fresh value; an index out of
+    range fails at run time as it does in eager."""
+    env = mode.rec.sizes.env if mode.rec.sizes is not None else None
+    if not _data_dependent(env, index):
+        return NotImplemented
+    dim = dim % x.dim()
+    meta = x.gp_meta
+    sizes, strides = list(meta.shape), list(meta.stride())
+    del sizes[dim], strides[dim]
+    offset = env.unbacked.new(int, 0, INF, f"the storage offset of {x.gp_label}[i]", size_like=True)
+    val = meta.as_strided(sizes, strides, _sym(env, offset))
+    rec = mode.rec
+    node_args = (rec.graph_arg(x), dim, rec.graph_arg(index))
+    node = rec.node(aten.select.int, node_args, {}, val)
+    rec.user_calls.add(node)
+    return rec.wrap(val, node, x.device, view_of=x, step=(aten.select.int, tuple(node_args[1:]), {}))
+
+
 def mask_index(mode, x, indices):
     """`x[mask]`: the mask's nonzero positions index x, so the result's size is their count."""
     new = []
@@ -261,6 +288,7 @@ def rules() -> dict:
         aten._local_scalar_dense.default: lambda mode, t: local_scalar_dense(mode, aten._local_scalar_dense.default, t),
         aten.item.default: lambda mode, t: local_scalar_dense(mode, aten.item.default, t),
         aten.slice.Tensor: slice_tensor,
+        aten.select.int: select_int,
         aten.nonzero.default: nonzero,
         aten.masked_select.default: masked_select,
         aten._unique2.default: lambda mode, x, *a, **k: unique(mode, aten._unique2.default, x, *a, **k),
