@@ -20,6 +20,7 @@ class Case:
     dynamic_shapes: object = None
     unchecked: Callable | None = None                  # the program without its torch._check
     suggestion: str = ""                               # what the export error must suggest for it
+    breaking: list = field(default_factory=list)       # inputs that break a stated check: refused at run time
 
 
 def _zeros(n):
@@ -156,11 +157,6 @@ def _dynamic_mask(x):
     return (x[x > 0] ** 2).sum()
 
 
-def _item_bool(x, flag):
-    f = flag.item()
-    return torch.where(torch.tensor(f), x, -x)
-
-
 def _moe_routing(x, route):
     out = torch.zeros_like(x)
     for e in range(3):
@@ -173,12 +169,14 @@ CASES = [
     Case("item_as_size_for_zeros", _zeros, (torch.tensor(3),), [(torch.tensor(0),), (torch.tensor(7),)],
          unchecked=_zeros_unchecked, suggestion="torch._check"),
     Case("item_as_size_for_narrow", _narrow, (torch.randn(6, 2), torch.tensor(4)),
-         [(torch.randn(6, 2), torch.tensor(0)), (torch.randn(6, 2), torch.tensor(6))]),
+         [(torch.randn(6, 2), torch.tensor(0)), (torch.randn(6, 2), torch.tensor(6))],
+         breaking=[(torch.randn(6, 2), torch.tensor(7)), (torch.randn(6, 2), torch.tensor(-1))]),
     Case("item_as_size_for_narrow_dynamic", _narrow, (torch.randn(6, 2), torch.tensor(4)),
          [(torch.randn(9, 2), torch.tensor(9)), (torch.randn(1, 2), torch.tensor(1))],
-         dynamic_shapes={"x": {0: gp.Dim("rows")}, "n": None}),
+         dynamic_shapes={"x": {0: gp.Dim("rows")}, "n": None}, breaking=[(torch.randn(2, 2), torch.tensor(3))]),
     Case("item_as_size_for_view", _view, (torch.randn(6, 2), torch.tensor(3)),
-         [(torch.randn(6, 2), torch.tensor(4)), (torch.randn(6, 2), torch.tensor(12))]),
+         [(torch.randn(6, 2), torch.tensor(4)), (torch.randn(6, 2), torch.tensor(12))],
+         breaking=[(torch.randn(6, 2), torch.tensor(5)), (torch.randn(6, 2), torch.tensor(0))]),
     Case("item_as_index", _item_index, (torch.randn(5, 2), torch.tensor(3)),
          [(torch.randn(5, 2), torch.tensor(0)), (torch.randn(5, 2), torch.tensor(-1))]),
     Case("item_as_scalar", _item_scalar, (torch.randn(4), torch.tensor(3)), [(torch.randn(4), torch.tensor(-2))]),
@@ -196,15 +194,19 @@ CASES = [
     Case("tolist_loop", _tolist_loop, (torch.randn(3), torch.tensor([1, 2, 3])),
          [(torch.randn(3), torch.tensor([-4, 0, 9]))]),
     Case("tolist_sizes", _tolist_sizes, (torch.randn(3), torch.tensor([2, 3])),
-         [(torch.randn(3), torch.tensor([0, 5]))]),
+         [(torch.randn(3), torch.tensor([0, 5]))], breaking=[(torch.randn(3), torch.tensor([-1, 2]))]),
     Case("check_settles_branch", _checked_branch, (torch.tensor(4), torch.randn(5, 5)),
-         [(torch.tensor(0), torch.randn(5, 5))], unchecked=_branch_unchecked, suggestion="torch._check(u0 < 6)"),
+         [(torch.tensor(0), torch.randn(5, 5))], unchecked=_branch_unchecked, suggestion="torch._check(u0 < 6)",
+         breaking=[(torch.tensor(6), torch.randn(5, 5)), (torch.tensor(-3), torch.randn(5, 5))]),
     Case("constrain_as_size", _constrain_as_size, (torch.randn(3, 2), torch.tensor(4)),
-         [(torch.randn(3, 2), torch.tensor(8)), (torch.randn(3, 2), torch.tensor(1))]),
-    Case("constrain_as_value", _constrain_as_value, (torch.randn(3), torch.tensor(2)), [(torch.randn(3), torch.tensor(0))]),
+         [(torch.randn(3, 2), torch.tensor(8)), (torch.randn(3, 2), torch.tensor(1))],
+         breaking=[(torch.randn(3, 2), torch.tensor(0)), (torch.randn(3, 2), torch.tensor(9))]),
+    Case("constrain_as_value", _constrain_as_value, (torch.randn(3), torch.tensor(2)), [(torch.randn(3), torch.tensor(0))],
+         breaking=[(torch.randn(3), torch.tensor(4))]),
     Case("slice_up_to_item", _slice_to_item, (torch.randn(3, 2), torch.tensor(4)),
          [(torch.randn(3, 2), torch.tensor(1)), (torch.randn(3, 2), torch.tensor(0))]),
-    Case("check_with", _check_with, (torch.randn(2), torch.tensor(3)), [(torch.randn(2), torch.tensor(1))]),
+    Case("check_with", _check_with, (torch.randn(2), torch.tensor(3)), [(torch.randn(2), torch.tensor(1))],
+         breaking=[(torch.randn(2), torch.tensor(0)), (torch.randn(2), torch.tensor(5))]),
     Case("nonzero_count_as_value", _nonzero_count, (torch.tensor([1, 0, 2]),), [(torch.tensor([0, 0, 0]),)]),
     Case("mask_dynamic_length", _dynamic_mask, (torch.randn(8),), [(torch.randn(3),), (torch.randn(1),)],
          dynamic_shapes={"x": {0: gp.Dim("n")}}),

@@ -44,3 +44,14 @@ def test_missing_check_is_named(case) -> None:
     assert "data-dependent" in message
     assert case.suggestion in message
     assert "test" in message and ".py:" in message   # the user's line
+
+
+@pytest.mark.parametrize("case", [c for c in CASES if c.breaking], ids=[c.name for c in CASES if c.breaking])
+def test_broken_checks_are_refused_at_run_time(case) -> None:
+    """Data that breaks a check the program states is refused with the check and its line,
+    never run into a wrong answer."""
+    ep = gp.export(case.fn, case.args, dynamic_shapes=case.dynamic_shapes)
+    for args in case.breaking:
+        with pytest.raises(gp.errors.RuntimeCheckError) as info:
+            ep.module()(*args)
+        assert "corpus.py:" in str(info.value) and isinstance(info.value, RuntimeError)
