@@ -94,7 +94,7 @@ def timed(fn, args, rounds: int) -> list[float]:
     return out
 
 
-def measure(name, model, args, rounds: int = 200) -> dict:
+def measure(name, model, args, rounds: int = 60) -> dict:
     ep = gp.export(model, args)
     module = ep.module()
     checked = module._graph_module

@@ -151,7 +151,8 @@ def failed_check(error: RuntimeError) -> RuntimeCheckError | None:
     message = text[start:].splitlines()[0]
     check, _, where = message.partition(" (stated at ")
     return RuntimeCheckError(
-        f"the inputs break a fact the program states about a data-dependent value: {check.strip()}"
+        f"the inputs break a check on a data-dependent value, stated by the program (torch._check) or needed by "
+        f"an operator there: {check.strip()}"
         + (f", stated at {where.rstrip(')')}" if where else ""),
         find_location=False,
         fix="pass inputs for which the stated check holds, or correct the torch._check / torch._constrain_as_size "

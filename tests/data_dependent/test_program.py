@@ -117,3 +117,19 @@ def test_dynamic_input_with_check_relating_sizes() -> None:
     torch.testing.assert_close(ep.module()(x, torch.tensor(3)), f(x, torch.tensor(3)))
     with pytest.raises(RuntimeCheckError, match="u0 <= s0"):
         ep.module()(x, torch.tensor(4))
+
+
+def test_sign_question_suggests_the_size_check() -> None:
+    def f(x, n):
+        return x[: n.item()] if n.item() >= 0 else x
+    with pytest.raises(gp.errors.DataDependentError) as info:
+        gp.export(f, (torch.randn(4), torch.tensor(3)))
+    assert "torch._check(u0 >= 0)" in str(info.value)
+    def checked(x, n):
+        k = n.item()
+        torch._check(k >= 0)
+        return x[:k] if k >= 0 else x
+    ep = gp.export(checked, (torch.randn(4), torch.tensor(3)))
+    x = torch.randn(4)
+    for k in (0, 2, 4, 9):
+        assert torch.equal(ep.module()(x, torch.tensor(k)), checked(x, torch.tensor(k)))

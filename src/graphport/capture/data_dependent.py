@@ -18,7 +18,7 @@ from ..errors import DataDependentError
 from ..shapes.env import ShapeEnv
 from ..shapes.expr import INF, bounds
 from ..shapes.node import SymNode
-from ..shapes.unbacked import ASSERT_PREFIX
+from ..shapes.unbacked import ASSERT_PREFIX, as_python
 from ..source import innermost_user_location
 from .sizes import SizeValues, is_sym
 from .tracer import META, TracerTensor
@@ -62,7 +62,7 @@ def _assert(rec, cond: SymNode) -> None:
         return   # settled once sizes were substituted: nothing left to check
     where = innermost_user_location()
     at = f" (stated at {where})" if where is not None else ""
-    message = f"{ASSERT_PREFIX} {cond.expr} on node '{value.name}'{at}"
+    message = f"{ASSERT_PREFIX} {as_python(cond.expr)} on node '{value.name}'{at}"
     node = rec.node(aten._assert_scalar.default, (value, message), {}, None)
     rec.user_calls.add(node)
 

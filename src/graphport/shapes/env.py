@@ -247,7 +247,8 @@ class ShapeEnv:
         for sizes 0 and 1, so the answer holds for every value and records nothing."""
         ranges = self.ranges
         for s, info in self.unbacked.infos.items():
-            if info.size_like or (info.range.lower != -sympy.oo and info.range.lower >= 0):
+            if (info.size_like or (info.range.lower != -sympy.oo and info.range.lower >= 0)) \
+                    and (info.range.upper == sympy.oo or info.range.upper >= 2):
                 ranges[s] = ValueRange(max(info.range.lower, 2), info.range.upper)
         return decide(self.simplify(rel), ranges)
 

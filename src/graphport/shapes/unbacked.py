@@ -176,21 +176,22 @@ def readable(expr: sympy.Basic, unbacked: Unbacked) -> str:
 
 
 def suggested_check(rel: sympy.Basic, unbacked: Unbacked) -> str:
-    """The torch._check call that settles `rel`: the relation itself, or torch._check_is_size
-    when the question is about a value being a valid size."""
+    """The torch._check call that settles `rel`: the relation itself, or, for a question
+    about the sign of a value (is it a valid size?), `torch._check(u >= 0)` (what
+    torch._check_is_size states)."""
     syms = unbacked.involved(rel)
-    if isinstance(rel, sympy.core.relational.Relational) and len(syms) == 1 and rel.rhs.is_Number \
-            and rel.lhs == syms[0] and rel.rel_op in (">=", ">", "<", "==") and rel.rhs in (0, 1) \
-            and not unbacked.infos[syms[0]].size_like:
-        return f"torch._check_is_size({syms[0]})"
-    return f"torch._check({_python(rel)})"
+    if isinstance(rel, sympy.core.relational.Relational) and len(syms) == 1 and rel.lhs == syms[0] \
+            and rel.rel_op in ("<", ">=") and rel.rhs == 0:
+        return f"torch._check({syms[0]} >= 0)"
+    return f"torch._check({as_python(rel)})"
 
 
-def _python(rel: sympy.Basic) -> str:
+def as_python(rel: sympy.Basic) -> str:
+    """A relation as the user would write it in Python (`u0 == s0`, not `Eq(u0, s0)`)."""
     if isinstance(rel, sympy.core.relational.Relational):
         return f"{rel.lhs} {rel.rel_op} {rel.rhs}"
     if isinstance(rel, sympy.Not) and isinstance(rel.args[0], sympy.core.relational.Relational):
-        return _python(rel.args[0].negated)
+        return as_python(rel.args[0].negated)
     return str(rel)
 
 
