@@ -103,6 +103,11 @@ def _tolist_loop(x, w):
     return torch.stack(out)
 
 
+def _tolist_float_sum(x):
+    values = x.tolist()
+    return x * sum(values)
+
+
 def _tolist_sizes(x, sizes):
     a, b = sizes.tolist()
     torch._check(a >= 0)
@@ -193,6 +198,7 @@ CASES = [
          [(torch.tensor([1., 2., 3.]), torch.tensor([3, 3, 0]))]),
     Case("tolist_loop", _tolist_loop, (torch.randn(3), torch.tensor([1, 2, 3])),
          [(torch.randn(3), torch.tensor([-4, 0, 9]))]),
+    Case("tolist_float_sum", _tolist_float_sum, (torch.randn(3),), [(torch.randn(3),), (torch.zeros(3),)]),
     Case("tolist_sizes", _tolist_sizes, (torch.randn(3), torch.tensor([2, 3])),
          [(torch.randn(3), torch.tensor([0, 5]))], breaking=[(torch.randn(3), torch.tensor([-1, 2]))]),
     Case("check_settles_branch", _checked_branch, (torch.tensor(4), torch.randn(5, 5)),

@@ -147,7 +147,7 @@ def _count(env: ShapeEnv, t: torch.Tensor, origin: str) -> sympy.Symbol:
 def _record(mode, func, args, kwargs, val, sizes: list[tuple[sympy.Symbol, int, int]], device):
     """Record the op with its `val`; bind each symbol to sym_size(output, dim)."""
     rec = mode.rec
-    node_args, node_kwargs = torch.utils._pytree.tree_map(rec.graph_arg, (args, kwargs))
+    node_args, node_kwargs = _torch.pytree.tree_map(rec.graph_arg, (args, kwargs))
     node = rec.node(func, node_args, node_kwargs, val)
     rec.user_calls.add(node)
     out = rec.wrap(val, node, device)

@@ -54,7 +54,9 @@ class TracerTensor(torch.Tensor):
 
     def __getitem__(self, index):
         """Python indexing with symbolic integers (`x[i.item()]`), which torch's indexing does
-        not take: each becomes a `select` after the rest of the index is applied."""
+        not take: each becomes a `select` after the rest of the index is applied. An error
+        here is torch's indexing rejecting the index (the program's, as in eager)."""
+        forwards_to_torch = True   # noqa: F841 (read from tracebacks: passes/small_sizes.py)
         parts = index if isinstance(index, tuple) else (index,)
         if not any(isinstance(p, torch.SymInt) for p in parts) or \
                 any(p is Ellipsis or isinstance(p, (torch.Tensor, list)) or p is True or p is False for p in parts):
