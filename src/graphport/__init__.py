@@ -15,6 +15,7 @@ from .errors import (
     InputStructureError,
     InternalError,
     InvalidDimError,
+    RuntimeCheckError,
     OperatorError,
     UnsupportedFeatureError,
     UnsupportedInputError,
@@ -43,5 +44,5 @@ __all__ = [
     "ControlFlowError", "cond", "map", "while_loop", "scan",
     "check", "CheckReport", "CommandLineError",
     "save", "load", "ArtifactError",
-    "unflatten", "CallSignatureError",
+    "unflatten", "CallSignatureError", "RuntimeCheckError",
 ]

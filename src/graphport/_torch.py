@@ -16,6 +16,7 @@ from torch._higher_order_ops.scan import scan
 from torch._higher_order_ops.while_loop import while_loop
 from torch.utils import _pytree as pytree
 from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._python_dispatch import _disable_current_modes as outside_dispatch_modes
 
 WRITTEN_FOR = "2.13"
 
@@ -34,7 +35,7 @@ __all__ = ["OpOverload", "HigherOrderOperator", "TorchDispatchMode", "enable_pyt
            "below_autograd", "make_wrapper_subclass", "disabled_torch_function_impl", "has_kernel",
            "is_composite_implicit", "has_meta_kernel", "higher_order_operators", "compiler_flags",
            "set_compiler_flags", "hop_entry_module", "decomposition_table", "python_reference", "while_loop",
-           "scan"]
+           "scan", "outside_dispatch_modes"]
 
 _CIA = torch._C.DispatchKey.CompositeImplicitAutograd
 _META_CAPABLE = (torch._C.DispatchKey.Meta, torch._C.DispatchKey.CompositeExplicitAutograd,

@@ -113,6 +113,12 @@ class CallSignatureError(UserError, TypeError):
     a TypeError, as Python raises for a call with the wrong arguments."""
 
 
+class RuntimeCheckError(GraphportError, RuntimeError):
+    """`ep.module()` ran into a fact the program stated about data-dependent values
+    (torch._check, torch._constrain_as_size) that these inputs break. A RuntimeError, as
+    torch.export's "Runtime assertion failed for expression ..." is."""
+
+
 class InternalError(GraphportError, RuntimeError):
     """graphport broke its own IR contract: a bug in graphport, not in the user's program.
     A RuntimeError but not a UserError."""

@@ -27,6 +27,7 @@ from .shapes.contract import ShapeContract
 from .shapes.dims import AdditionalInputs, ShapesCollection
 from .shapes.spec import InputShapes, resolve
 from .shapes.torch_spec import from_torch
+from .shapes.unbacked import with_data_dependent
 
 
 def export(mod: torch.nn.Module | Callable, args: tuple, kwargs: dict | None = None, *,
@@ -73,6 +74,7 @@ def export(mod: torch.nn.Module | Callable, args: tuple, kwargs: dict | None = N
 
     captured = trace(shapes)
     contract = None if shapes is None else _shape_contract(shapes, captured, trace)
+    contract = with_data_dependent(contract, captured.shape_env)
     for note in [] if shapes is None else shapes.specialized:
         warnings.warn(f"graphport: {note}", stacklevel=2)
     call_graph = [ModuleCallEntry("", ModuleCallSignature([], [], captured.in_spec, captured.out_spec,

@@ -19,8 +19,10 @@ import torch
 import torch.fx as fx
 
 from . import _torch
-from .errors import InputGuardError, InputStructureError
+from .errors import InputGuardError, InputStructureError, RuntimeCheckError
 from .passes.metadata import plain_values
+from .shapes.contract import ComputedValue
+from .shapes.unbacked import ASSERT_PREFIX
 from .signature import ConstantArgument, InputKind, OutputKind
 
 pytree = _torch.pytree
@@ -168,6 +170,15 @@ class ExportedModule(fx.GraphModule):
         self._paths = ep.input_paths
         self.register_forward_pre_hook(_check_call, with_kwargs=True)
 
+    def __call__(self, *args, **kwargs):
+        try:
+            return super().__call__(*args, **kwargs)
+        except RuntimeError as e:
+            failed = failed_check(e)
+            if failed is None:
+                raise
+            raise failed from None
+
     def __deepcopy__(self, memo):
         copied = super().__deepcopy__(memo)
         copied._ep = self._ep
@@ -256,6 +267,42 @@ class ExportedModule(fx.GraphModule):
                         f"{self._paths[first]} and {self._paths[i]}")
 
 
+def failed_check(error: RuntimeError) -> RuntimeCheckError | None:
+    """A failed runtime assertion of the program's own (capture/data_dependent.py), as a
+    graphport error naming the check and the line that stated it."""
+    text = str(error)
+    start = text.find(ASSERT_PREFIX)
+    if start < 0:
+        return None
+    message = text[start:].splitlines()[0]
+    check, _, where = message.partition(" (stated at ")
+    return RuntimeCheckError(
+        f"the inputs break a check on a data-dependent value, stated by the program (torch._check) or needed by "
+        f"an operator there: {check.strip()}"
+        + (f", stated at {where.rstrip(')')}" if where else ""),
+        find_location=False,
+        fix="pass inputs for which the stated check holds, or correct the torch._check / torch._constrain_as_size "
+            "call if the data can legitimately break it")
+
+
+def failed_check(error: RuntimeError) -> RuntimeCheckError | None:
+    """A failed runtime assertion of the program's own (capture/data_dependent.py), as a
+    graphport error naming the check and the line that stated it."""
+    text = str(error)
+    start = text.find(ASSERT_PREFIX)
+    if start < 0:
+        return None
+    message = text[start:].splitlines()[0]
+    check, _, where = message.partition(" (stated at ")
+    return RuntimeCheckError(
+        f"the inputs break a check on a data-dependent value, stated by the program (torch._check) or needed by "
+        f"an operator there: {check.strip()}"
+        + (f", stated at {where.rstrip(')')}" if where else ""),
+        find_location=False,
+        fix="pass inputs for which the stated check holds, or correct the torch._check / torch._constrain_as_size "
+            "call if the data can legitimately break it")
+
+
 def check_shapes(contract, flat: list, paths: list[str]) -> None:
     """Dynamic dims: each symbol in its range and at a size the capture holds for, every dim
     equal to its expression, every relation true."""
@@ -263,6 +310,8 @@ def check_shapes(contract, flat: list, paths: list[str]) -> None:
     values, where = {}, {}
     for sym, fact in contract.symbols.items():
         src = fact.source
+        if isinstance(src, ComputedValue):
+            continue   # a data-dependent value: the graph's own assertions check it
         size = int(flat[src.index].shape[src.dim])
         at = f"{paths[src.index]}.shape[{src.dim}]"
         if (size - src.offset) % src.coeff:

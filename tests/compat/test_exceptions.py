@@ -86,8 +86,8 @@ class MatmulMismatch(torch.nn.Module):
 
 class ItemToShape(torch.nn.Module):
     def forward(self, x):
-        n = x.sum().long().item()  # <- here
-        return torch.zeros(n)
+        n = x.sum().long().item()
+        return torch.zeros(n) if n > 2 else x  # <- here
 
 
 class ToList(torch.nn.Module):
@@ -267,7 +267,12 @@ def call_tuple_for_dict(ex):
     m((x43(),))  # <- here
 
 
+def item_into_shape(ex):
+    ex.export(ItemToShape(), (x43(),))    # torch: GuardOnDataDependentSymNode
+
+
 SHARED = [  # both exporters raise, and the same `except builtin` catches both
+    ("item_into_shape", RuntimeError, E.DataDependentError, item_into_shape),
     ("args_not_tuple", RuntimeError, E.UnsupportedInputError, args_not_tuple),
     ("mod_not_callable", ValueError, E.UnsupportedInputError, mod_not_callable),
     ("spec_unknown_key", RuntimeError, E.UnsupportedInputError, spec_unknown_key),
@@ -311,10 +316,6 @@ def spec_dim_index_out_of_range(ex):
     ex.export(AddOne(), (x43(),), dynamic_shapes={"x": {5: ex.Dim("b")}})  # <- here     torch: IndexError
 
 
-def item_into_shape(ex):
-    ex.export(ItemToShape(), (x43(),))    # torch: exports (an unbacked size)
-
-
 def tolist(ex):
     ex.export(ToList(), (x43(),))         # torch: exports
 
@@ -354,7 +355,6 @@ GRAPHPORT_ONLY = [
     ("spec_not_a_container", (RuntimeError, ValueError), E.UnsupportedInputError, spec_not_a_container),
     ("spec_dim_index_out_of_range", (RuntimeError, ValueError), E.UnsupportedInputError,
      spec_dim_index_out_of_range),
-    ("item_into_shape", RuntimeError, E.DataDependentError, item_into_shape),
     ("tolist", RuntimeError, E.DataDependentError, tolist),
     ("call_below_dim_min", AssertionError, E.InputGuardError, call_below_dim_min),
     ("call_other_dtype", AssertionError, E.InputGuardError, call_other_dtype),

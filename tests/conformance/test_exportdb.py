@@ -24,9 +24,6 @@ class GraphportGap(AssertionError):
 
 # case name -> why graphport does not pass it yet (the issue it waits for).
 EXPECTED_FAILURES: dict[str, str] = {
-    "assume_constant_result": "issue 2: core capture: assume_constant_result escape hatch (.item() is refused)",
-    "constrain_as_size_example": "issue 3: symbolic shapes: unbacked symbols from .item() with torch._check",
-    "constrain_as_value_example": "issue 3: symbolic shapes: unbacked symbols from .item() with torch._check",
 }
 
 CASES = exportdb.all_cases()

@@ -22,6 +22,7 @@ import torch
 import torch.fx as fx
 
 from ..ops.policy import EXPORT_DEFAULT, DispatchPolicy
+from ..shapes.env import ShapeEnv
 from ..shapes.spec import InputShapes
 from ..signature import ExportGraphSignature
 from ..source import SourceLocation
@@ -53,6 +54,7 @@ class Captured:
     forward_arg_names: list[str] = field(default_factory=list)
     user_calls: set[fx.Node] = field(default_factory=set)  # nodes the program asked for: never dead code
     boundaries: dict[str, CallBoundary] = field(default_factory=dict)  # preserved module fqn -> its call
+    shape_env: ShapeEnv | None = None   # its symbols, data-dependent ones (u0, ...) included
 
 
 def capture(fn: Callable, args: tuple, kwargs: dict, root: torch.nn.Module | None,
@@ -79,6 +81,7 @@ def capture(fn: Callable, args: tuple, kwargs: dict, root: torch.nn.Module | Non
             stack.enter_context(calls.preserving(root, preserve))
         if locations:
             stack.enter_context(TorchFunctionTracker(rec.enter_torch_fn))
+        rec.until_done = stack   # contexts capture enters on the way (capture/data_dependent.py)
         with state.swapped() if state is not None else contextlib.nullcontext(), CaptureMode(rec, policy):
             out = fn(*inputs.tracer_args, **inputs.tracer_kwargs)
         rec.module_stack.clear()
@@ -97,6 +100,7 @@ def capture(fn: Callable, args: tuple, kwargs: dict, root: torch.nn.Module | Non
         forward_arg_names=list(arg_names),
         user_calls=rec.user_calls,
         boundaries=calls.boundaries if calls is not None else {},
+        shape_env=rec.sizes.env if rec.sizes is not None else None,
     )
 
 

@@ -17,6 +17,7 @@ from ..errors import (DataDependentError, GraphportError, InternalError, Operato
 from ..ops.kinds import DATA_DEPENDENT_SHAPE, DATA_READS, METADATA_MUTATING, Kind, is_impure, op_info
 from ..ops.policy import EXPORT_DEFAULT, DispatchPolicy, python_decomposition
 from ..ops.views import ViewInverseMismatch, ViewWriteError, addresses_base_storage
+from .data_dependent import mask_index, rules as data_dependent_rules
 from .environment import register_higher_order_rules
 from .recorder import Recorder
 from .rules import HIGHER_ORDER, SPECIAL
@@ -55,6 +56,13 @@ class CaptureMode(_torch.TorchDispatchMode):
         query = _CONCRETE_QUERIES.get(func)
         if query is not None:
             return self.concrete_sizes(query(self._meta(args[0])))
+        rule = _DATA_DEPENDENT.get(func)
+        if rule is not None:
+            out = rule(self, *args, **kwargs)
+            if out is not NotImplemented:
+                return out
+        if func is aten.index.Tensor and _masks(args):
+            return mask_index(self, *args)
         if func in DATA_READS:
             raise data_dependent(DATA_READS[func])
         if func in DATA_DEPENDENT_SHAPE or (func is aten.index.Tensor and _masks(args)):
@@ -270,6 +278,9 @@ class CaptureMode(_torch.TorchDispatchMode):
             # the write itself passed eager's checks (run_meta above): its inverse is graphport's
             raise InternalError(f"writing back through a view of {target.gp_label} failed: "
                                 f"{type(e).__name__}: {str(e).strip()[:300]}", find_location=True) from e
+
+
+_DATA_DEPENDENT = data_dependent_rules()   # .item(), nonzero, ... (capture/data_dependent.py)
 
 
 # Ops whose size argument may say -1 for "the rest": a symbolic capture records the size

@@ -47,6 +47,7 @@ class Recorder:
         self.meta_cache = MetaCache()
         self.fallback_stack: tuple = ()   # source location for nodes made after the program returned
         self._keepalive: list[torch.Tensor] = []
+        self.until_done: contextlib.ExitStack | None = None   # exited when the capture ends
 
     @property
     def graph(self) -> fx.Graph:

@@ -19,7 +19,7 @@ import sympy
 import torch
 import torch.fx as fx
 
-from ..errors import UnsupportedFeatureError
+from ..errors import InternalError, UnsupportedFeatureError
 from ..shapes.env import ShapeEnv
 from ..shapes.expr import FloorDiv, Mod
 from ..shapes.node import SymNode
@@ -64,6 +64,9 @@ class SizeValues:
         found = self.cache.get(expr)
         if found is not None:
             return found
+        if expr.is_Symbol and expr not in self.env.symbols:
+            # a data-dependent symbol is bound when it is made (capture/data_dependent.py)
+            raise InternalError(f"the data-dependent value {expr} is used where its node is not visible")
         if expr.is_Symbol:
             info = self.env.symbols[expr]
             i, d = info.source

@@ -52,8 +52,41 @@ class TracerTensor(torch.Tensor):
     def __repr__(self) -> str:
         return f"TracerTensor({self.gp_label}: {describe(self)})"
 
+    def __getitem__(self, index):
+        """Python indexing with symbolic integers (`x[i.item()]`), which torch's indexing does
+        not take: each becomes a `select` after the rest of the index is applied. An error
+        here is torch's indexing rejecting the index (the program's, as in eager)."""
+        forwards_to_torch = True   # noqa: F841 (read from tracebacks: passes/small_sizes.py)
+        parts = index if isinstance(index, tuple) else (index,)
+        if not any(isinstance(p, torch.SymInt) for p in parts) or \
+                any(p is Ellipsis or isinstance(p, (torch.Tensor, list)) or p is True or p is False for p in parts):
+            return super().__getitem__(index)
+        kept, selects, position = [], [], 0
+        for p in parts:
+            if isinstance(p, torch.SymInt):
+                kept.append(slice(None))
+                selects.append((position, p))
+            elif isinstance(p, int):
+                kept.append(p)
+                continue
+            else:
+                kept.append(p)
+            position += 1
+        out = super().__getitem__(tuple(kept))
+        for dim, i in reversed(selects):
+            out = out.select(dim, i)
+        return out
+
     def tolist(self):
-        raise data_dependent("converts a tensor to a Python list with .tolist()")
+        """Each element read with .item(): a data-dependent value per element. The list's
+        length must be known while capturing, so the shape must be static."""
+        if not all(isinstance(d, int) for d in self.shape):
+            raise DataDependentError(
+                f"the program calls .tolist() on a tensor of symbolic shape {list(self.shape)}, so the list's "
+                "length is not known while capturing", fix="keep that dimension static, or work on the tensor itself")
+        if self.dim() == 0:
+            return self.item()
+        return [row.tolist() for row in self.unbind(0)]
 
     def numpy(self, *args, **kwargs):
         raise data_dependent("converts a tensor to NumPy with .numpy()")

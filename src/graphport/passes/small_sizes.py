@@ -172,7 +172,8 @@ def _raised_by_graphport(error: Exception) -> bool:
     tb = error.__traceback__
     while tb is not None and tb.tb_next is not None:
         tb = tb.tb_next
-    return tb is not None and tb.tb_frame.f_code.co_filename.startswith(_PACKAGE)
+    return (tb is not None and tb.tb_frame.f_code.co_filename.startswith(_PACKAGE)
+            and "forwards_to_torch" not in tb.tb_frame.f_locals)   # a tracer's indexing, raising torch's error
 
 
 def pin(shapes: InputShapes, pins: dict[sympy.Symbol, int]) -> InputShapes:

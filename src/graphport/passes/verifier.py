@@ -40,6 +40,37 @@ def _is_allowed_target(target) -> bool:
     return isinstance(target, _torch.OpOverload)
 
 
+def check_data_dependent_bindings(nodes: list[fx.Node], fail) -> None:
+    """Every data-dependent symbol (u0, ...) a size computation or a check uses is bound
+    earlier in the graph: by the node that reads it (`item`, `_local_scalar_dense`) or by
+    `sym_size` of the tensor whose size it is. Otherwise the graph cannot compute it."""
+    bound: set[str] = set()
+    for node in nodes:
+        if node.op != "call_function":
+            continue
+        val = node.meta.get("val")
+        names = _unbacked_names(val)
+        if node.target in _BINDERS:
+            bound |= names
+        elif node.target in _SYMBOLIC_OPS or node.target is _ASSERT:
+            used = set().union(*(_unbacked_names(a.meta.get("val")) for a in node.all_input_nodes)) | names
+            missing = sorted(used - bound)
+            if missing:
+                fail(node, f"it uses the data-dependent value {missing[0]} before any node binds it")
+
+
+_ASSERT = torch.ops.aten._assert_scalar.default
+_BINDERS = frozenset({torch.ops.aten.item.default, torch.ops.aten._local_scalar_dense.default,
+                      torch.ops.aten.sym_size.int})
+
+
+def _unbacked_names(val) -> set[str]:
+    if isinstance(val, (torch.SymInt, torch.SymFloat, torch.SymBool)):
+        expr = getattr(val.node, "expr", None)
+        return {s.name for s in getattr(expr, "free_symbols", ()) if s.name.startswith("u")}
+    return set()
+
+
 def verify(ep) -> None:
     """Check `ep` against the IR contract; raise InternalError on the first violation."""
     graph = ep.graph
@@ -116,6 +147,7 @@ def _check_nodes(module: fx.GraphModule, where: str) -> None:
         for key in ("val", "stack_trace", "nn_module_stack"):
             if key not in node.meta:
                 _fail(node, f"every call needs meta['{key}']")
+    check_data_dependent_bindings(nodes, _fail)
 
 
 def _check_subgraph(module: fx.GraphModule, node: fx.Node, where: str) -> None:

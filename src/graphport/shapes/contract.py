@@ -79,6 +79,9 @@ class ShapeContract:
             if not expr.is_Symbol:
                 lo, hi = bounds(expr, ranges)
                 out.setdefault(expr, ValueRange(max(lo, 0), hi))
+        for sym, fact in self.symbols.items():
+            if isinstance(fact.source, ComputedValue):
+                out.setdefault(sym, fact.range)
         return out
 
     # -- serialization ------------------------------------------------------------------------

@@ -20,6 +20,7 @@ import sympy
 from ..errors import UnsupportedFeatureError
 from ..source import SourceLocation, innermost_user_location
 from .expr import ValueRange, decide
+from .unbacked import Unbacked, needs_value, undecidable
 
 
 _UNSET = object()
@@ -57,6 +58,7 @@ class ShapeEnv:
     _asked: dict = field(default_factory=dict)          # relation -> times it had to be guarded
     # answers by the ranges they were settled from: valid in any env (see share_caches)
     _by_ranges: dict = field(default_factory=dict)
+    unbacked: Unbacked = field(default_factory=Unbacked)   # data-dependent symbols (shapes/unbacked.py)
 
     def share_caches(self, other: "ShapeEnv") -> None:
         """Reuse `other`'s caches of pure answers (a re-trace of the same program: most of
@@ -75,7 +77,7 @@ class ShapeEnv:
 
     @property
     def ranges(self) -> dict[sympy.Symbol, ValueRange]:
-        return {s: i.declared for s, i in self.symbols.items()}
+        return {**{s: i.declared for s, i in self.symbols.items()}, **self.unbacked.ranges()}
 
     def _cached_decide(self, rel: sympy.Basic, least: int) -> bool | None:
         """Ranges are fixed while tracing, so each question has one answer per assumption level."""
@@ -92,7 +94,9 @@ class ShapeEnv:
         return found
 
     def _assuming(self, least: int) -> dict[sympy.Symbol, ValueRange]:
-        return {s: ValueRange(max(i.declared.lower, least), i.declared.upper) for s, i in self.symbols.items()}
+        # data-dependent symbols keep their ranges: no trace at a small size can prove them
+        return {**{s: ValueRange(max(i.declared.lower, least), i.declared.upper) for s, i in self.symbols.items()},
+                **self.unbacked.ranges()}
 
     def _decide(self, rel: sympy.Basic, location: SourceLocation | None = None, record: bool = True):
         """Settle `rel` from the ranges: declared first, then assuming sizes >= 1, then >= 2
@@ -110,11 +114,13 @@ class ShapeEnv:
             found = self._cached_decide(rel, least)
             if found is not None:
                 if record:
-                    for sym in rel.free_symbols:
+                    for sym in rel.free_symbols & self.symbols.keys():
                         if self.symbols[sym].declared.lower < least and self.assumed_min.get(sym, 0) < least:
                             self.assumed_min[sym] = least
                             self.assumption_sites[sym] = location or innermost_user_location()
                 return found
+        if self.unbacked.facts:
+            return self.unbacked.decide(rel, self.ranges)
         return None
 
     def hints(self) -> dict[sympy.Symbol, sympy.Integer]:
@@ -145,6 +151,8 @@ class ShapeEnv:
     def hint_of(self, expr: sympy.Basic):
         """The value at the example sizes (no guard): an int, float or bool."""
         value = sympy.sympify(self.simplify(expr))
+        if self.unbacked.involved(value):
+            raise needs_value(value, self.unbacked, "needs the value of")
         opaque = [f for f in value.atoms(sympy.Function) if hasattr(f, "gp_hint")]
         if opaque:   # values only their recipe computes (see shapes/node.py)
             value = value.xreplace({f: sympy.sympify(f.gp_hint) for f in opaque})
@@ -177,6 +185,8 @@ class ShapeEnv:
         found = self._decide(rel, location)
         if found is not None:
             return found
+        if self.unbacked.involved(rel):
+            raise undecidable(rel, self.unbacked, location)
         self._asked[rel] = asked = self._asked.get(rel, 0) + 1
         if asked > _MAX_REPEATS:
             raise UnsupportedFeatureError(
@@ -211,6 +221,9 @@ class ShapeEnv:
     def specialize(self, expr: sympy.Expr, location: SourceLocation | None = None) -> int:
         """The program needs a size as a Python int: it becomes a constant, guarded."""
         expr = sympy.sympify(self.simplify(expr))
+        if self.unbacked.involved(expr):
+            raise needs_value(expr, self.unbacked, "turns into a Python number (int(), an index, a loop bound) "
+                                                   "the value")
         value = self.hint_of(expr)
         if not expr.is_Integer:
             if any(hasattr(f, "gp_hint") for f in expr.atoms(sympy.Function)):
@@ -221,6 +234,23 @@ class ShapeEnv:
                 # it: an assumption about large sizes must never stand in for the guard
                 self._record(sympy.Eq(expr, value), location)
         return int(value)
+
+    def assume(self, rel: sympy.Basic) -> None:
+        """A fact about data-dependent values the program stated (torch._check): later
+        questions are settled by it (the graph checks it at run time)."""
+        self.unbacked.assume(self.simplify(rel))
+        self._decisions.clear()   # ranges changed: cached answers may now be settled
+
+    def oblivious_value(self, rel: sympy.Basic) -> bool | None:
+        """torch's size-oblivious answer: decided as if every size-like data-dependent
+        symbol were at least 2. A kernel asks it only where its general path is also right
+        for sizes 0 and 1, so the answer holds for every value and records nothing."""
+        ranges = self.ranges
+        for s, info in self.unbacked.infos.items():
+            if (info.size_like or (info.range.lower != -sympy.oo and info.range.lower >= 0)) \
+                    and (info.range.upper == sympy.oo or info.range.upper >= 2):
+                ranges[s] = ValueRange(max(info.range.lower, 2), info.range.upper)
+        return decide(self.simplify(rel), ranges)
 
     def pin(self, sym: sympy.Symbol, location: SourceLocation | None = None) -> None:
         """Fix a size symbol to its example value, guarded: for values the program turns into

@@ -159,7 +159,8 @@ class SymNode:
         return False
 
     def has_hint(self) -> bool:
-        return True   # every symbol comes from an example input size
+        # sizes from example inputs have one; data-dependent values (u0 = x.item()) do not
+        return not self.env.unbacked.involved(self._expr)
 
     def is_symbolic(self) -> bool:
         return True
@@ -519,7 +520,20 @@ class SymNode:
         return builtins.bool(self.hint)
 
     bool_ = guard_bool
-    expect_true = guard_bool
+
+    def expect_true(self, file: str = "", line: int = 0) -> bool:
+        """torch._check(cond): a fact about data-dependent values the ranges do not settle is
+        assumed from here on and checked at run time by an assertion in the graph."""
+        if not self.env.unbacked.involved(self._expr) or not (self.recipe is None or self.exact):
+            return self.guard_bool()
+        found = self._static()
+        if found is not None:
+            return found
+        self.env.assume(self.expr)
+        asserter = self.env.unbacked.asserter
+        if asserter is not None:
+            asserter(self)
+        return True
 
     def guard_or_false(self, file: str = "", line: int = 0) -> bool:
         """Kernels ask this for fast paths where False is always a valid answer: no guard."""
@@ -533,6 +547,8 @@ class SymNode:
     def guard_size_oblivious(self, file: str = "", line: int = 0) -> bool:
         """Answered as if every size were at least 2, guarding only if that does not settle it."""
         found = self._static(decides=True)
+        if found is None and self.env.unbacked.involved(self._expr) and (self.recipe is None or self.exact):
+            found = self.env.oblivious_value(self.expr)
         return self.guard_bool() if found is None else found
 
     def statically_known_true(self, file: str = "", line: int = 0) -> bool:
@@ -718,9 +734,13 @@ class ShapeEnvAdapter:
         return self.env.hint_of(expr)
 
     def optimization_hint(self, expr, fallback=None):
+        if fallback is not None and self.env.unbacked.involved(self.env.simplify(expr)):
+            return fallback
         return self.env.hint_of(expr)
 
     def size_hint(self, expr, allow_none=False):
+        if allow_none and self.env.unbacked.involved(self.env.simplify(expr)):
+            return None
         return self.env.hint_of(expr)
 
 
