@@ -24,6 +24,7 @@ from .pytree import register_dataclass
 from .shapes.check import refine_dynamic_shapes_from_suggested_fixes
 from .shapes.dims import Dim, ShapesCollection, dims
 from .passes.verifier import verify
+from .ops.decompositions import default_decompositions
 
 __all__ = [
     "export", "Dim", "dims", "ShapesCollection", "refine_dynamic_shapes_from_suggested_fixes", "ExportedProgram", "ExportGraphSignature", "InputKind", "InputSpec", "OutputKind",
@@ -31,4 +32,5 @@ __all__ = [
     "GraphportError", "UserError", "DataDependentError", "UnsupportedOperatorError",
     "UnsupportedInputError", "InputMismatchError", "InputGuardError", "InputStructureError", "InvalidDimError", "OperatorError", "UnsupportedFeatureError",
     "ConstraintViolationError", "InternalError",
+    "default_decompositions",
 ]

@@ -31,7 +31,8 @@ make_wrapper_subclass = torch.Tensor._make_wrapper_subclass
 __all__ = ["OpOverload", "HigherOrderOperator", "TorchDispatchMode", "enable_python_dispatcher", "pytree",
            "below_autograd", "make_wrapper_subclass", "disabled_torch_function_impl", "has_kernel",
            "is_composite_implicit", "has_meta_kernel", "higher_order_operators", "compiler_flags",
-           "set_compiler_flags", "hop_entry_module", "decomposition_table", "python_reference"]
+           "set_compiler_flags", "hop_entry_module", "decomposition_table", "python_reference",
+           "core_aten_decompositions", "composite_implicit_op_names", "is_core_aten"]
 
 _CIA = torch._C.DispatchKey.CompositeImplicitAutograd
 _META_CAPABLE = (torch._C.DispatchKey.Meta, torch._C.DispatchKey.CompositeExplicitAutograd,
@@ -68,6 +69,23 @@ def decomposition_table() -> dict:
     """torch's own decompositions (`torch._decomp`): op semantics written for symbolic sizes."""
     import torch._decomp
     return torch._decomp.decomposition_table
+
+
+def core_aten_decompositions() -> dict:
+    """torch's table lowering non-composite ops to the Core ATen opset (op semantics)."""
+    import torch._decomp
+    return torch._decomp._core_aten_decompositions_post_autograd()
+
+
+def composite_implicit_op_names() -> list[str]:
+    """Qualified names (`aten::linear`, `ns::op.overload`) of every op with a C++
+    CompositeImplicitAutograd kernel registered so far."""
+    return torch._C._dispatch_get_registrations_for_dispatch_key("CompositeImplicitAutograd")
+
+
+def is_core_aten(op: OpOverload) -> bool:
+    """Whether torch's registry tags the op as part of the Core ATen opset."""
+    return torch.Tag.core in op.tags
 
 
 def python_reference(op: OpOverload):

@@ -25,6 +25,11 @@ _SYMBOLIC_OPS = frozenset({operator.add, operator.sub, operator.mul, operator.fl
 
 
 _CONTROL_FLOW = frozenset({"cond", "map_impl", "while_loop", "scan"})
+# Assertion operators the IR uses for data-dependent facts: part of every dialect.
+_ASSERTIONS = frozenset({torch.ops.aten._assert_scalar.default, torch.ops.aten._assert_async.msg,
+                         torch.ops.aten.sym_constrain_range.default,
+                         torch.ops.aten.sym_constrain_range_for_size.default})
+DIALECTS = ("default", "core_aten")
 
 
 def _fail(node: fx.Node | None, rule: str) -> None:
@@ -40,8 +45,22 @@ def _is_allowed_target(target) -> bool:
     return isinstance(target, _torch.OpOverload)
 
 
-def verify(ep) -> None:
-    """Check `ep` against the IR contract; raise InternalError on the first violation."""
+def _in_core_aten(target) -> bool:
+    """The Core ATen dialect: every operator tagged core in torch's registry, a custom
+    operator (a namespace of the user's), torch's control-flow operators, getitem, the
+    symbolic-size operators and the assertions."""
+    if not isinstance(target, _torch.OpOverload) or target in _ASSERTIONS:
+        return True   # getitem, size and control-flow operators: checked by _is_allowed_target
+    if target.namespace in ("aten", "prims", "prim"):
+        return _torch.is_core_aten(target)
+    return True
+
+
+def verify(ep, dialect: str = "default") -> None:
+    """Check `ep` against the IR contract and `dialect` ("default", or "core_aten" after
+    `run_decompositions()`); raise InternalError on the first violation."""
+    if dialect not in DIALECTS:
+        raise ValueError(f"unknown dialect {dialect!r}; expected one of {DIALECTS}")
     graph = ep.graph
     sig = ep.graph_signature
     nodes = list(graph.nodes)
@@ -101,6 +120,9 @@ def verify(ep) -> None:
         if isinstance(node.target, _torch.OpOverload) and (writes_arguments(node.target)
                                                            or node.target._schema.is_mutable):
             _fail(node, "the graph must be functional: no in-place, out= or mutating operators")
+        if dialect == "core_aten" and not _in_core_aten(node.target):
+            _fail(node, "the Core ATen dialect allows only operators tagged core (torch.Tag.core), custom "
+                        "operators, control-flow operators, getitem, size operators and assertions")
         for arg in node.all_input_nodes:
             if arg not in members:
                 _fail(node, f"its argument {arg.name} is not in the graph")
