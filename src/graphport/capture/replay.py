@@ -13,6 +13,7 @@ recursively, and the operator using it is recorded as it was, with its result's 
 """
 from __future__ import annotations
 
+import contextlib
 import operator
 from dataclasses import dataclass, field
 from typing import Any
@@ -71,7 +72,8 @@ def replay(gm: fx.GraphModule, policy: DispatchPolicy, inputs: ReplayInputs) -> 
         rec.sizes = SizeValues(inputs.env, {i: by_name[name] for i, name in enumerate(inputs.user_inputs)})
     owner = torch.nn.Module()
     keep: set[fx.Node] = set()
-    with capture_environment(None, symbolic=inputs.env is not None), CaptureMode(rec, policy):
+    with capture_environment(None, symbolic=inputs.env is not None), _portable_decompositions(), \
+            CaptureMode(rec, policy):
         last_meta: dict = {}
         for node in gm.graph.nodes:
             if node.op == "placeholder":
@@ -94,6 +96,15 @@ def replay(gm: fx.GraphModule, policy: DispatchPolicy, inputs: ReplayInputs) -> 
     new_constants = {name: target for name, target in rec.constant_targets.items()}
     return Replayed(fx.GraphModule(owner, rec.graph, class_name="GraphModule"), new_constants,
                     {t: v for t, v in rec.constant_values.items() if t not in known})
+
+
+@contextlib.contextmanager
+def _portable_decompositions():
+    """Decompositions that pick a CPU backend's kernel (mkldnn, nnpack) when it is enabled
+    pick the portable ATen form instead, as torch's lowering does: a Core ATen program must
+    not depend on the backend of the machine that lowered it."""
+    with torch.backends.mkldnn.flags(enabled=False), torch.backends.nnpack.flags(enabled=False):
+        yield
 
 
 def _placeholder(rec: Recorder, p: fx.Node, inputs: ReplayInputs) -> Any:

@@ -46,14 +46,19 @@ def _is_allowed_target(target) -> bool:
 
 
 def _in_core_aten(target) -> bool:
-    """The Core ATen dialect: every operator tagged core in torch's registry, a custom
-    operator (a namespace of the user's), torch's control-flow operators, getitem, the
-    symbolic-size operators and the assertions."""
+    """The Core ATen dialect: every operator tagged core in torch's registry or the
+    functional variant of one (`_native_batch_norm_legit_functional`, as torch's lowering
+    keeps it), a custom operator (a namespace of the user's), torch's control-flow
+    operators, getitem, the symbolic-size operators and the assertions."""
     if not isinstance(target, _torch.OpOverload) or target in _ASSERTIONS:
         return True   # getitem, size and control-flow operators: checked by _is_allowed_target
-    if target.namespace in ("aten", "prims", "prim"):
-        return _torch.is_core_aten(target)
-    return True
+    if target.namespace not in ("aten", "prims", "prim"):
+        return True
+    if _torch.is_core_aten(target):
+        return True
+    packet = target.overloadpacket.__name__
+    mutating = getattr(getattr(torch.ops.aten, packet.removesuffix("_functional"), None), target._overloadname, None)
+    return packet.endswith("_functional") and mutating is not None and _torch.is_core_aten(mutating)
 
 
 def verify(ep, dialect: str = "default") -> None:
