@@ -32,7 +32,7 @@ __all__ = ["OpOverload", "HigherOrderOperator", "TorchDispatchMode", "enable_pyt
            "below_autograd", "make_wrapper_subclass", "disabled_torch_function_impl", "has_kernel",
            "is_composite_implicit", "has_meta_kernel", "higher_order_operators", "compiler_flags",
            "set_compiler_flags", "hop_entry_module", "decomposition_table", "python_reference",
-           "core_aten_decompositions", "composite_implicit_op_names", "is_core_aten"]
+           "core_aten_decompositions", "auto_functionalized", "composite_implicit_op_names", "is_core_aten"]
 
 _CIA = torch._C.DispatchKey.CompositeImplicitAutograd
 _META_CAPABLE = (torch._C.DispatchKey.Meta, torch._C.DispatchKey.CompositeExplicitAutograd,
@@ -86,6 +86,12 @@ def composite_implicit_op_names() -> list[str]:
 def is_core_aten(op: OpOverload) -> bool:
     """Whether torch's registry tags the op as part of the Core ATen opset."""
     return torch.Tag.core in op.tags
+
+
+def auto_functionalized() -> HigherOrderOperator:
+    """torch's higher-order operator for a mutating custom op made functional."""
+    import torch._higher_order_ops.auto_functionalize as af
+    return af.auto_functionalized
 
 
 def python_reference(op: OpOverload):

@@ -17,6 +17,7 @@ from ..errors import (DataDependentError, GraphportError, InternalError, Operato
 from ..ops.kinds import DATA_DEPENDENT_SHAPE, DATA_READS, METADATA_MUTATING, Kind, is_impure, op_info
 from ..ops.policy import EXPORT_DEFAULT, DispatchPolicy, python_decomposition
 from ..ops.views import ViewInverseMismatch, ViewWriteError, addresses_base_storage
+from . import custom_ops
 from .environment import register_higher_order_rules
 from .recorder import Recorder
 from .rules import HIGHER_ORDER, SPECIAL
@@ -206,6 +207,8 @@ class CaptureMode(_torch.TorchDispatchMode):
         return self.rec.wrap(val, node, self._device(args, kwargs))
 
     def mutate(self, func, info, args, kwargs):
+        if info.functional is None and custom_ops.is_custom(func):
+            return custom_ops.functionalize(self, func, _bind(func._schema, args, kwargs), info.mutated_args)
         if info.functional is None:
             raise UnsupportedFeatureError(
                 f"the in-place operator {func} has no functional counterpart graphport knows",

@@ -25,6 +25,8 @@ _SYMBOLIC_OPS = frozenset({operator.add, operator.sub, operator.mul, operator.fl
 
 
 _CONTROL_FLOW = frozenset({"cond", "map_impl", "while_loop", "scan"})
+# Higher-order operators for a mutating custom op made functional (capture/custom_ops.py).
+_FUNCTIONALIZED = frozenset({"auto_functionalized"})
 # Assertion operators the IR uses for data-dependent facts: part of every dialect.
 _ASSERTIONS = frozenset({torch.ops.aten._assert_scalar.default, torch.ops.aten._assert_async.msg,
                          torch.ops.aten.sym_constrain_range.default,
@@ -41,7 +43,7 @@ def _is_allowed_target(target) -> bool:
     if target is operator.getitem or target in _SYMBOLIC_OPS:
         return True
     if isinstance(target, _torch.HigherOrderOperator):
-        return target.name() in _CONTROL_FLOW
+        return target.name() in _CONTROL_FLOW or target.name() in _FUNCTIONALIZED
     return isinstance(target, _torch.OpOverload)
 
 
