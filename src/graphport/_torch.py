@@ -8,6 +8,7 @@ the private attributes of public objects that every torch extension reads (an op
 """
 from __future__ import annotations
 
+import contextlib
 import warnings
 
 import torch
@@ -32,7 +33,7 @@ __all__ = ["OpOverload", "HigherOrderOperator", "TorchDispatchMode", "enable_pyt
            "below_autograd", "make_wrapper_subclass", "disabled_torch_function_impl", "has_kernel",
            "is_composite_implicit", "has_meta_kernel", "higher_order_operators", "compiler_flags",
            "set_compiler_flags", "hop_entry_module", "decomposition_table", "python_reference",
-           "core_aten_decompositions", "auto_functionalized", "composite_implicit_op_names", "is_core_aten"]
+           "core_aten_decompositions", "auto_functionalized", "cpu_backend_kernels", "composite_implicit_op_names", "is_core_aten"]
 
 _CIA = torch._C.DispatchKey.CompositeImplicitAutograd
 _META_CAPABLE = (torch._C.DispatchKey.Meta, torch._C.DispatchKey.CompositeExplicitAutograd,
@@ -86,6 +87,18 @@ def composite_implicit_op_names() -> list[str]:
 def is_core_aten(op: OpOverload) -> bool:
     """Whether torch's registry tags the op as part of the Core ATen opset."""
     return torch.Tag.core in op.tags
+
+
+@contextlib.contextmanager
+def cpu_backend_kernels(enabled: bool):
+    """Whether composite kernels and decompositions may pick mkldnn / nnpack kernels."""
+    saved = torch._C._get_mkldnn_enabled()
+    torch._C._set_mkldnn_enabled(enabled)
+    try:
+        with torch.backends.nnpack.flags(enabled=enabled):
+            yield
+    finally:
+        torch._C._set_mkldnn_enabled(saved)
 
 
 def auto_functionalized() -> HigherOrderOperator:

@@ -22,7 +22,7 @@ import torch
 import torch.fx as fx
 
 from .. import _torch
-from ..errors import UnsupportedFeatureError
+from ..errors import OperatorError, UnsupportedFeatureError
 from ..ops.policy import DispatchPolicy
 from ..passes.dead_code import eliminate_dead_code
 from .environment import capture_environment
@@ -39,6 +39,12 @@ _SIZE_OPS = frozenset({operator.add, operator.sub, operator.mul, operator.floord
                        operator.le, operator.gt, operator.ge, operator.and_, operator.or_,
                        torch.sym_max, torch.sym_min, torch.sym_not, torch.sym_float, torch.sym_int,
                        torch.sym_sqrt, torch.sym_ite})
+
+
+# A functional graph's `view` stands for its value: the source's input had strides that
+# allowed a view, a decomposition may give it others (an attention kernel's transposed
+# layout), and then the same value is a reshape.
+_VIEWS_OF_VALUES = frozenset({torch.ops.aten.view.default, torch.ops.aten._unsafe_view.default})
 
 
 @dataclass
@@ -103,7 +109,7 @@ def _portable_decompositions():
     """Decompositions that pick a CPU backend's kernel (mkldnn, nnpack) when it is enabled
     pick the portable ATen form instead, as torch's lowering does: a Core ATen program must
     not depend on the backend of the machine that lowered it."""
-    with torch.backends.mkldnn.flags(enabled=False), torch.backends.nnpack.flags(enabled=False):
+    with _torch.cpu_backend_kernels(enabled=False):
         yield
 
 
@@ -154,6 +160,11 @@ def _run(rec: Recorder, gm: fx.GraphModule, node: fx.Node, values: dict, policy:
         return target(*args, **kwargs)
     if isinstance(target, _torch.HigherOrderOperator):
         return _record_as_is(rec, node, args, kwargs)
+    if target in _VIEWS_OF_VALUES:
+        try:
+            return target(*args, **kwargs)
+        except OperatorError:
+            return torch.ops.aten.reshape.default(*args, **kwargs)
     return target(*args, **kwargs)
 
 
