@@ -33,7 +33,8 @@ __all__ = ["OpOverload", "HigherOrderOperator", "TorchDispatchMode", "enable_pyt
            "below_autograd", "make_wrapper_subclass", "disabled_torch_function_impl", "has_kernel",
            "is_composite_implicit", "has_meta_kernel", "higher_order_operators", "compiler_flags",
            "set_compiler_flags", "hop_entry_module", "decomposition_table", "python_reference",
-           "core_aten_decompositions", "auto_functionalized", "cpu_backend_kernels", "composite_implicit_op_names", "is_core_aten"]
+           "core_aten_decompositions", "auto_functionalized", "cpu_backend_kernels", "fake_kernel",
+           "fake_kernel_context", "composite_implicit_op_names", "is_core_aten"]
 
 _CIA = torch._C.DispatchKey.CompositeImplicitAutograd
 _META_CAPABLE = (torch._C.DispatchKey.Meta, torch._C.DispatchKey.CompositeExplicitAutograd,
@@ -99,6 +100,19 @@ def cpu_backend_kernels(enabled: bool):
             yield
     finally:
         torch._C._set_mkldnn_enabled(saved)
+
+
+def fake_kernel(op: OpOverload):
+    """The Python fake kernel registered for a custom op (torch.library.register_fake /
+    impl_abstract), or None."""
+    from torch._library.simple_registry import singleton
+    return singleton.find(op._schema.name).fake_impl.kernel
+
+
+def fake_kernel_context(getter):
+    """Make `torch.library.get_ctx()` answer `getter()` inside a fake kernel."""
+    from torch._library.fake_impl import set_ctx_getter
+    return set_ctx_getter(getter)
 
 
 def auto_functionalized() -> HigherOrderOperator:

@@ -16,7 +16,7 @@ from typing import Any
 import torch
 
 from .. import _torch
-from ..errors import UnsupportedFeatureError
+from ..errors import DataDependentError, UnsupportedFeatureError
 
 pytree = _torch.pytree
 
@@ -25,6 +25,34 @@ def is_custom(op) -> bool:
     """An operator of a namespace of the user's (not one torch ships)."""
     return isinstance(op, _torch.OpOverload) and op.namespace not in ("aten", "prims", "prim", "quantized",
                                                                        "_quantized", "mkldnn", "higher_order")
+
+
+def run_fake_kernel(op: _torch.OpOverload, meta_args: tuple, meta_kwargs: dict) -> Any:
+    """A custom op's output metadata, from its fake kernel when it has a Python one. A fake
+    kernel that asks for a data-dependent output size (`torch.library.get_ctx()
+    .new_dynamic_size()`) is refused with graphport's error: capture has no data-dependent
+    size symbols yet."""
+    kernel = _torch.fake_kernel(op)
+    if kernel is None:
+        return op(*meta_args, **meta_kwargs)
+    with _torch.fake_kernel_context(lambda: _NoDynamicSizes(op)):
+        return kernel(*meta_args, **meta_kwargs)
+
+
+class _NoDynamicSizes:
+    """The context a fake kernel gets from `torch.library.get_ctx()` during capture."""
+
+    def __init__(self, op):
+        self.op = op
+
+    def new_dynamic_size(self, *args, **kwargs):
+        raise DataDependentError(
+            f"the custom operator {self.op.name()} returns a tensor whose size depends on its input's values "
+            "(its fake kernel calls ctx.new_dynamic_size()); graphport cannot capture data-dependent sizes yet",
+            fix="give the operator an output of a size computed from its inputs' shapes (for example pad to the "
+                "largest possible size and return the count as a tensor), or call it outside the exported code")
+
+    create_unbacked_symint = new_dynamic_size
 
 
 def functionalize(mode, op: _torch.OpOverload, bound: dict[str, Any], mutated: tuple[str, ...]) -> Any:

@@ -156,6 +156,8 @@ class CaptureMode(_torch.TorchDispatchMode):
         try:
             if not cache:
                 return func(*meta_args, **meta_kwargs)
+            if custom_ops.is_custom(func):
+                return custom_ops.run_fake_kernel(func, meta_args, meta_kwargs)
             return self.rec.meta_cache.run(func, meta_args, meta_kwargs, lambda: func(*meta_args, **meta_kwargs))
         except (NotImplementedError, RuntimeError, ValueError, TypeError, IndexError) as e:
             if isinstance(e, GraphportError):
