@@ -73,7 +73,10 @@ def default_decompositions() -> DecompositionTable:
 @lru_cache(maxsize=1)
 def _aten_table() -> tuple[tuple[Any, Callable], ...]:
     entries = dict(_torch.core_aten_decompositions())
-    for op in composite_ops(aten_only=True):
+    # composites with a C++ kernel, and those whose kernel torch registers in Python
+    python_composites = [op for op in _torch.decomposition_table() if isinstance(op, _torch.OpOverload)
+                         and _is_aten(op) and _torch.is_composite_implicit(op) and op_info(op).preserved]
+    for op in composite_ops(aten_only=True) + python_composites:
         if op not in _PRESERVED_COMPOSITES and op not in entries:
             entries[op] = composite_decomposition(op)
     return tuple(entries.items())
