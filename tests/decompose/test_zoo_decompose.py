@@ -7,7 +7,7 @@ is torch.export's run_decompositions' one. Two things are set aside in that comp
 calls whose results nothing uses (torch's lowering drops them; graphport keeps every call
 the program made, since one may raise in eager), and the nodes torch's default capture
 makes that graphport's never does (`_assert_tensor_metadata` for `.to()`, `alias` for
-`detach`).
+`detach`), and `sym_size` reads.
 """
 from __future__ import annotations
 
@@ -31,15 +31,32 @@ FAST = {("mlp", "static"), ("mlp", "dynamic")}
 # torch.export's own run_decompositions fails on these (a view over its attention layout):
 # graphport's is compared with eager only.
 TORCH_FAILS = {"gpt2"}
+# Known gaps, each failing the test the same way (strict xfails).
+GAPS = {
+    # matmul folds 3-d @ 2-d into `mm` when the 2-d operand requires grad; torch's lowering
+    # traces with autograd, graphport's capture does not propagate requires_grad, so it takes
+    # the `bmm` path: the same values, other operators.
+    "t5": "matmul picks bmm where torch's traced-with-autograd lowering picks mm",
+    # adaptive_avg_pool2d's C++ composite kernel restrides its fresh output with `as_strided_`,
+    # an in-place metadata change capture refuses.
+    "swin": "adaptive_avg_pool2d's composite kernel calls as_strided_, which capture refuses",
+}
 
 
 def _params() -> list:
-    return [pytest.param(name, kind, id=f"{name}-{kind}",
-                         marks=[] if (name, kind) in FAST else [pytest.mark.slow])
+    def marks(name, kind):
+        found = [] if (name, kind) in FAST else [pytest.mark.slow]
+        if name in GAPS:
+            found.append(pytest.mark.xfail(reason=GAPS[name], strict=True,
+                                           raises=AssertionError if name == "t5" else gp.UnsupportedFeatureError))
+        return found
+    return [pytest.param(name, kind, id=f"{name}-{kind}", marks=marks(name, kind))
             for name, entry in zoo.MODELS.items() if not entry.meta for kind in ("static", "dynamic")]
 
 
-_NOT_RECORDED_BY_GRAPHPORT = {"aten._assert_tensor_metadata.default", "aten.alias.default"}
+# Nodes torch's default capture makes and graphport's never does, and size reads (graphport
+# reads each size symbol once; torch reads sizes where it uses them).
+_NOT_COMPARED = {"aten._assert_tensor_metadata.default", "aten.alias.default", "aten.sym_size.int"}
 
 
 def operators(ep) -> Counter:
@@ -51,7 +68,7 @@ def operators(ep) -> Counter:
             used.update(node.all_input_nodes)
     return Counter(str(n.target) for n in live
                    if n.op == "call_function" and isinstance(n.target, torch._ops.OpOverload)
-                   and str(n.target) not in _NOT_RECORDED_BY_GRAPHPORT)
+                   and str(n.target) not in _NOT_COMPARED)
 
 
 @pytest.mark.parametrize("name,kind", _params())

@@ -82,6 +82,16 @@ def _aten_table() -> tuple[tuple[Any, Callable], ...]:
     return tuple(entries.items())
 
 
+def lowerable(op: _torch.OpOverload) -> bool:
+    """Whether the default table, or the op's own composite kernel, can expand `op`."""
+    return _torch.is_composite_implicit(op) or op in _aten_keys()
+
+
+@lru_cache(maxsize=1)
+def _aten_keys() -> frozenset:
+    return frozenset(op for op, _ in _aten_table())
+
+
 def _aten_defaults() -> dict:
     return dict(_aten_table())
 

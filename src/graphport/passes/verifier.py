@@ -10,6 +10,7 @@ import torch
 import torch.fx as fx
 
 from .. import _torch
+from ..ops.decompositions import lowerable
 from ..ops.kinds import writes_arguments
 from ..errors import InternalError
 from ..signature import ConstantArgument, InputKind, OutputKind
@@ -48,15 +49,16 @@ def _is_allowed_target(target) -> bool:
 
 
 def _in_core_aten(target) -> bool:
-    """The Core ATen dialect: every operator tagged core in torch's registry or the
+    """The Core ATen dialect: every operator tagged core in torch's registry, the
     functional variant of one (`_native_batch_norm_legit_functional`, as torch's lowering
-    keeps it), a custom operator (a namespace of the user's), torch's control-flow
+    keeps it), or one nothing lowers (no entry in the default table and no composite kernel:
+    torch's lowering keeps `linalg_vector_norm` too), a custom operator (a namespace of the user's), torch's control-flow
     operators, getitem, the symbolic-size operators and the assertions."""
     if not isinstance(target, _torch.OpOverload) or target in _ASSERTIONS:
         return True   # getitem, size and control-flow operators: checked by _is_allowed_target
     if target.namespace not in ("aten", "prims", "prim"):
         return True
-    if _torch.is_core_aten(target):
+    if _torch.is_core_aten(target) or not lowerable(target):
         return True
     packet = target.overloadpacket.__name__
     mutating = getattr(getattr(torch.ops.aten, packet.removesuffix("_functional"), None), target._overloadname, None)
