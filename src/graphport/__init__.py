@@ -34,6 +34,7 @@ from .control_flow import cond, map, scan, while_loop
 from .check import CheckReport, check
 from .serde import load, save
 from .unflatten import unflatten
+from .ops.decompositions import default_decompositions
 
 __all__ = [
     "export", "draft_export", "DraftExportReport", "Dim", "dims", "ShapesCollection", "AdditionalInputs", "refine_dynamic_shapes_from_suggested_fixes", "ExportedProgram", "ExportGraphSignature", "InputKind", "InputSpec", "OutputKind",
@@ -45,4 +46,5 @@ __all__ = [
     "check", "CheckReport", "CommandLineError",
     "save", "load", "ArtifactError",
     "unflatten", "CallSignatureError", "RuntimeCheckError",
+    "default_decompositions",
 ]

@@ -8,6 +8,7 @@ the private attributes of public objects that every torch extension reads (an op
 """
 from __future__ import annotations
 
+import contextlib
 import warnings
 
 import torch
@@ -35,7 +36,8 @@ __all__ = ["OpOverload", "HigherOrderOperator", "TorchDispatchMode", "enable_pyt
            "below_autograd", "make_wrapper_subclass", "disabled_torch_function_impl", "has_kernel",
            "is_composite_implicit", "has_meta_kernel", "higher_order_operators", "compiler_flags",
            "set_compiler_flags", "hop_entry_module", "decomposition_table", "python_reference", "while_loop",
-           "scan", "outside_dispatch_modes"]
+           "scan", "outside_dispatch_modes", "core_aten_decompositions", "auto_functionalized", "cpu_backend_kernels",
+           "fake_kernel", "fake_kernel_context", "composite_implicit_op_names", "is_core_aten"]
 
 _CIA = torch._C.DispatchKey.CompositeImplicitAutograd
 _META_CAPABLE = (torch._C.DispatchKey.Meta, torch._C.DispatchKey.CompositeExplicitAutograd,
@@ -72,6 +74,54 @@ def decomposition_table() -> dict:
     """torch's own decompositions (`torch._decomp`): op semantics written for symbolic sizes."""
     import torch._decomp
     return torch._decomp.decomposition_table
+
+
+def core_aten_decompositions() -> dict:
+    """torch's table lowering non-composite ops to the Core ATen opset (op semantics)."""
+    import torch._decomp
+    return torch._decomp._core_aten_decompositions_post_autograd()
+
+
+def composite_implicit_op_names() -> list[str]:
+    """Qualified names (`aten::linear`, `ns::op.overload`) of every op with a C++
+    CompositeImplicitAutograd kernel registered so far."""
+    return torch._C._dispatch_get_registrations_for_dispatch_key("CompositeImplicitAutograd")
+
+
+def is_core_aten(op: OpOverload) -> bool:
+    """Whether torch's registry tags the op as part of the Core ATen opset."""
+    return torch.Tag.core in op.tags
+
+
+@contextlib.contextmanager
+def cpu_backend_kernels(enabled: bool):
+    """Whether composite kernels and decompositions may pick mkldnn / nnpack kernels."""
+    saved = torch._C._get_mkldnn_enabled()
+    torch._C._set_mkldnn_enabled(enabled)
+    try:
+        with torch.backends.nnpack.flags(enabled=enabled):
+            yield
+    finally:
+        torch._C._set_mkldnn_enabled(saved)
+
+
+def fake_kernel(op: OpOverload):
+    """The Python fake kernel registered for a custom op (torch.library.register_fake /
+    impl_abstract), or None."""
+    from torch._library.simple_registry import singleton
+    return singleton.find(op._schema.name).fake_impl.kernel
+
+
+def fake_kernel_context(getter):
+    """Make `torch.library.get_ctx()` answer `getter()` inside a fake kernel."""
+    from torch._library.fake_impl import set_ctx_getter
+    return set_ctx_getter(getter)
+
+
+def auto_functionalized() -> HigherOrderOperator:
+    """torch's higher-order operator for a mutating custom op made functional."""
+    import torch._higher_order_ops.auto_functionalize as af
+    return af.auto_functionalized
 
 
 def python_reference(op: OpOverload):

@@ -109,6 +109,14 @@ class ExportedProgram:
         from .runtime import ExportedModule
         return ExportedModule(self)
 
+    def run_decompositions(self, decomp_table: dict | None = None,
+                           decompose_custom_triton_ops: bool = False) -> "ExportedProgram":
+        """A new program with the operators of `decomp_table` expanded: by default the Core
+        ATen table (`graphport.default_decompositions()`); `{}` expands nothing. This program
+        is left untouched."""
+        from .passes.decompose import run_decompositions
+        return run_decompositions(self, decomp_table, decompose_custom_triton_ops)
+
     def __call__(self, *args, **kwargs):
         raise RuntimeError("an ExportedProgram is not callable; call ep.module()(*args) instead")
 

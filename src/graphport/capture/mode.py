@@ -18,6 +18,7 @@ from ..ops.kinds import DATA_DEPENDENT_SHAPE, DATA_READS, METADATA_MUTATING, Kin
 from ..ops.policy import EXPORT_DEFAULT, DispatchPolicy, python_decomposition
 from ..ops.views import ViewInverseMismatch, ViewWriteError, addresses_base_storage
 from .data_dependent import mask_index, rules as data_dependent_rules
+from . import custom_ops
 from .environment import register_higher_order_rules
 from .recorder import Recorder
 from .rules import HIGHER_ORDER, SPECIAL
@@ -163,6 +164,8 @@ class CaptureMode(_torch.TorchDispatchMode):
         try:
             if not cache:
                 return func(*meta_args, **meta_kwargs)
+            if custom_ops.is_custom(func):
+                return custom_ops.run_fake_kernel(func, meta_args, meta_kwargs)
             return self.rec.meta_cache.run(func, meta_args, meta_kwargs, lambda: func(*meta_args, **meta_kwargs))
         except (NotImplementedError, RuntimeError, ValueError, TypeError, IndexError) as e:
             if isinstance(e, GraphportError):
@@ -214,6 +217,8 @@ class CaptureMode(_torch.TorchDispatchMode):
         return self.rec.wrap(val, node, self._device(args, kwargs))
 
     def mutate(self, func, info, args, kwargs):
+        if info.functional is None and custom_ops.is_custom(func):
+            return custom_ops.functionalize(self, func, _bind(func._schema, args, kwargs), info.mutated_args)
         if info.functional is None:
             raise UnsupportedFeatureError(
                 f"the in-place operator {func} has no functional counterpart graphport knows",

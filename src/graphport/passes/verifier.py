@@ -10,6 +10,7 @@ import torch
 import torch.fx as fx
 
 from .. import _torch
+from ..ops.decompositions import lowerable
 from ..ops.kinds import writes_arguments
 from ..errors import InternalError
 from ..signature import ConstantArgument, InputKind, OutputKind
@@ -25,6 +26,13 @@ _SYMBOLIC_OPS = frozenset({operator.add, operator.sub, operator.mul, operator.fl
 
 
 _CONTROL_FLOW = frozenset({"cond", "map_impl", "while_loop", "scan"})
+# Higher-order operators for a mutating custom op made functional (capture/custom_ops.py).
+_FUNCTIONALIZED = frozenset({"auto_functionalized"})
+# Assertion operators the IR uses for data-dependent facts: part of every dialect.
+_ASSERTIONS = frozenset({torch.ops.aten._assert_scalar.default, torch.ops.aten._assert_async.msg,
+                         torch.ops.aten.sym_constrain_range.default,
+                         torch.ops.aten.sym_constrain_range_for_size.default})
+DIALECTS = ("default", "core_aten")
 
 
 def _fail(node: fx.Node | None, rule: str) -> None:
@@ -36,7 +44,7 @@ def _is_allowed_target(target) -> bool:
     if target is operator.getitem or target in _SYMBOLIC_OPS:
         return True
     if isinstance(target, _torch.HigherOrderOperator):
-        return target.name() in _CONTROL_FLOW
+        return target.name() in _CONTROL_FLOW or target.name() in _FUNCTIONALIZED
     return isinstance(target, _torch.OpOverload)
 
 
@@ -71,8 +79,28 @@ def _unbacked_names(val) -> set[str]:
     return set()
 
 
-def verify(ep) -> None:
-    """Check `ep` against the IR contract; raise InternalError on the first violation."""
+def _in_core_aten(target) -> bool:
+    """The Core ATen dialect: every operator tagged core in torch's registry, the
+    functional variant of one (`_native_batch_norm_legit_functional`, as torch's lowering
+    keeps it), or one nothing lowers (no entry in the default table and no composite kernel:
+    torch's lowering keeps `linalg_vector_norm` too), a custom operator (a namespace of the user's), torch's control-flow
+    operators, getitem, the symbolic-size operators and the assertions."""
+    if not isinstance(target, _torch.OpOverload) or target in _ASSERTIONS:
+        return True   # getitem, size and control-flow operators: checked by _is_allowed_target
+    if target.namespace not in ("aten", "prims", "prim"):
+        return True
+    if _torch.is_core_aten(target) or not lowerable(target):
+        return True
+    packet = target.overloadpacket.__name__
+    mutating = getattr(getattr(torch.ops.aten, packet.removesuffix("_functional"), None), target._overloadname, None)
+    return packet.endswith("_functional") and mutating is not None and _torch.is_core_aten(mutating)
+
+
+def verify(ep, dialect: str = "default") -> None:
+    """Check `ep` against the IR contract and `dialect` ("default", or "core_aten" after
+    `run_decompositions()`); raise InternalError on the first violation."""
+    if dialect not in DIALECTS:
+        raise ValueError(f"unknown dialect {dialect!r}; expected one of {DIALECTS}")
     graph = ep.graph
     sig = ep.graph_signature
     nodes = list(graph.nodes)
@@ -141,6 +169,9 @@ def _check_nodes(module: fx.GraphModule, where: str) -> None:
         if isinstance(node.target, _torch.OpOverload) and (writes_arguments(node.target)
                                                            or node.target._schema.is_mutable):
             _fail(node, "the graph must be functional: no in-place, out= or mutating operators")
+        if dialect == "core_aten" and not _in_core_aten(node.target):
+            _fail(node, "the Core ATen dialect allows only operators tagged core (torch.Tag.core), custom "
+                        "operators, control-flow operators, getitem, size operators and assertions")
         for arg in node.all_input_nodes:
             if arg not in members:
                 _fail(node, f"its argument {arg.name} is not in the graph")

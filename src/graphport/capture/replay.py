@@ -1,0 +1,221 @@
+"""Replay: capture an exported graph again, node by node, under another dispatch policy.
+
+`run_decompositions` lowers a program without its source: the program is its graph. Each
+placeholder becomes a tracer with the placeholder's own metadata (its symbolic sizes are
+the program's, over the same shape environment), and each call is made again on tracers
+under the capture mode, so the policy decides anew which operators stay whole and which
+expand, and the recorder makes the result functional exactly as a first capture would.
+Every node a source node expands into inherits that node's metadata (`stack_trace`,
+`nn_module_stack`): the lowered program points at the user's lines as the original did.
+
+A subgraph reached by `get_attr` (a control-flow branch or body) is replayed on its own,
+recursively, and the operator using it is recorded as it was, with its result's metadata.
+"""
+from __future__ import annotations
+
+import contextlib
+import operator
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+import torch.fx as fx
+
+from .. import _torch
+from ..errors import OperatorError, UnsupportedFeatureError
+from ..ops.policy import DispatchPolicy
+from ..passes.dead_code import eliminate_dead_code
+from .environment import capture_environment
+from .mode import CaptureMode
+from .recorder import Recorder
+from .sizes import SizeValues, is_sym
+from .tracer import TracerTensor
+
+pytree = _torch.pytree
+
+# Size operators of the IR: replayed as the Python operations they are, on SymInts.
+_SIZE_OPS = frozenset({operator.add, operator.sub, operator.mul, operator.floordiv, operator.truediv,
+                       operator.mod, operator.pow, operator.neg, operator.eq, operator.ne, operator.lt,
+                       operator.le, operator.gt, operator.ge, operator.and_, operator.or_,
+                       torch.sym_max, torch.sym_min, torch.sym_not, torch.sym_float, torch.sym_int,
+                       torch.sym_sqrt, torch.sym_ite})
+
+
+# A functional graph's `view` stands for its value: the source's input had strides that
+# allowed a view, a decomposition may give it others (an attention kernel's transposed
+# layout), and then the same value is a reshape.
+_VIEWS_OF_VALUES = frozenset({torch.ops.aten.view.default, torch.ops.aten._unsafe_view.default})
+
+
+@dataclass
+class ReplayInputs:
+    """What the replay needs to know about the graph's placeholders beyond their metadata."""
+    devices: dict[str, torch.device]                 # placeholder name -> run-time device of its tensor
+    constants: dict[str, torch.Tensor] = field(default_factory=dict)   # placeholder name -> constant tensor
+    constant_targets: dict[str, str] = field(default_factory=dict)     # placeholder name -> its target
+    user_inputs: list[str] = field(default_factory=list)   # user-input placeholder names, in flat order
+    env: Any = None                                   # the program's ShapeEnv, when its sizes are symbolic
+
+
+@dataclass
+class Replayed:
+    graph_module: fx.GraphModule
+    new_constants: dict[str, str]          # placeholder name -> target of a constant the replay lifted
+    constant_values: dict[str, torch.Tensor]   # target -> tensor, for those
+
+
+def replay(gm: fx.GraphModule, policy: DispatchPolicy, inputs: ReplayInputs) -> Replayed:
+    """`gm`'s computation captured again under `policy`, with the same placeholders (names,
+    order, metadata) and the same outputs."""
+    rec = Recorder(locations=False)
+    values: dict[fx.Node, Any] = {}
+    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    for p in placeholders:
+        values[p] = _placeholder(rec, p, inputs)
+    known = set(rec.constant_values)
+    if inputs.env is not None:
+        by_name = {n.name: n for n in rec.placeholders}
+        rec.sizes = SizeValues(inputs.env, {i: by_name[name] for i, name in enumerate(inputs.user_inputs)})
+    owner = torch.nn.Module()
+    keep: set[fx.Node] = set()
+    with capture_environment(None, symbolic=inputs.env is not None), _portable_decompositions(), \
+            CaptureMode(rec, policy):
+        last_meta: dict = {}
+        for node in gm.graph.nodes:
+            if node.op == "placeholder":
+                continue
+            mark = next(reversed(rec.graph.nodes), None)
+            if node.op == "output":
+                outputs = [_graph_value(rec, v) for v in pytree.tree_map_only(fx.Node, values.__getitem__,
+                                                                               node.args[0])]
+                _inherit(rec.graph, mark, last_meta)
+                rec.graph.output(tuple(outputs))
+                break
+            values[node] = result = _run(rec, gm, node, values, policy, inputs, owner)
+            _inherit(rec.graph, mark, node.meta)
+            last_meta = node.meta
+            if node.op == "call_function" and not node.users:
+                keep.update(_nodes_of(rec, result))   # the program asked for it (it may raise): it stays
+    _order_placeholders(rec.graph, [p.name for p in placeholders], list(rec.constant_targets),
+                        inputs.user_inputs[0] if inputs.user_inputs else None)
+    eliminate_dead_code(rec.graph, keep)
+    new_constants = {name: target for name, target in rec.constant_targets.items()}
+    return Replayed(fx.GraphModule(owner, rec.graph, class_name="GraphModule"), new_constants,
+                    {t: v for t, v in rec.constant_values.items() if t not in known})
+
+
+@contextlib.contextmanager
+def _portable_decompositions():
+    """Decompositions that pick a CPU backend's kernel (mkldnn, nnpack) when it is enabled
+    pick the portable ATen form instead, as torch's lowering does: a Core ATen program must
+    not depend on the backend of the machine that lowered it."""
+    with _torch.cpu_backend_kernels(enabled=False):
+        yield
+
+
+def _placeholder(rec: Recorder, p: fx.Node, inputs: ReplayInputs) -> Any:
+    val = p.meta.get("val")
+    if isinstance(val, torch.Tensor):
+        real = inputs.constants.get(p.name)
+        if real is not None:
+            tracer = rec.tracer_for_placeholder(p.name, real, val)
+            rec.constants[id(real)] = tracer           # the program's constants stay its own inputs
+            rec.constant_values[inputs.constant_targets[p.name]] = real
+        else:
+            node = rec.placeholder(p.name, val)
+            tracer = TracerTensor(val, inputs.devices.get(p.name, torch.device("cpu")), node.name)
+            rec.root.bind(tracer, node, 0)
+            rec.placeholder_tracers.add(id(tracer))
+        made = rec.root_value(tracer)
+        value = tracer
+    else:
+        made = rec.placeholder(p.name, val)
+        value = val
+    made.meta.update({k: v for k, v in p.meta.items() if k != "val"})
+    return value
+
+
+def _run(rec: Recorder, gm: fx.GraphModule, node: fx.Node, values: dict, policy: DispatchPolicy,
+         inputs: ReplayInputs, owner: torch.nn.Module) -> Any:
+    args, kwargs = pytree.tree_map_only(fx.Node, values.__getitem__, (node.args, node.kwargs))
+    if node.op == "get_attr":
+        sub = getattr(gm, node.target)
+        if not isinstance(sub, fx.GraphModule):
+            raise UnsupportedFeatureError(f"the program reads the attribute {node.target}, which is not a subgraph",
+                                          fix="export the program with graphport, whose graphs read no attributes")
+        lowered = replay(sub, policy, ReplayInputs(devices=inputs.devices)).graph_module
+        owner.add_module(node.target, lowered)
+        made = rec.root.graph.get_attr(node.target)
+        made.meta.update(node.meta)
+        return _Subgraph(made)
+    target = node.target
+    if node.op != "call_function":
+        raise UnsupportedFeatureError(f"the program's graph has a {node.op} node ({node.name}), which the IR "
+                                      "does not allow", fix="export the program with graphport.export")
+    if target is operator.getitem:
+        return args[0][args[1]]
+    if target is torch.ops.aten.sym_size.int:
+        return args[0].shape[args[1]]
+    if target in _SIZE_OPS:
+        return target(*args, **kwargs)
+    if isinstance(target, _torch.HigherOrderOperator):
+        return _record_as_is(rec, node, args, kwargs)
+    if target in _VIEWS_OF_VALUES:
+        try:
+            return target(*args, **kwargs)
+        except OperatorError:
+            return torch.ops.aten.reshape.default(*args, **kwargs)
+    return target(*args, **kwargs)
+
+
+class _Subgraph:
+    """A replayed subgraph: its `get_attr` node, passed to the operator that uses it."""
+    def __init__(self, node: fx.Node):
+        self.node = node
+
+
+def _record_as_is(rec: Recorder, node: fx.Node, args, kwargs) -> Any:
+    """An operator whose arguments include subgraphs: recorded as it was, its subgraphs
+    replaced by their replays."""
+    node_args, node_kwargs = pytree.tree_map(
+        lambda a: a.node if isinstance(a, _Subgraph) else rec.graph_arg(a), (args, kwargs))
+    made = rec.node(node.target, node_args, node_kwargs, node.meta["val"])
+    device = next((a.device for a in pytree.tree_leaves((args, kwargs)) if isinstance(a, torch.Tensor)),
+                  torch.device("cpu"))
+    return rec.wrap(node.meta["val"], made, device)
+
+
+def _graph_value(rec: Recorder, value: Any) -> Any:
+    if isinstance(value, TracerTensor):
+        return rec.output_value(value)
+    if isinstance(value, torch.Tensor) or is_sym(value):
+        return rec.graph_arg(value)
+    return value
+
+
+def _nodes_of(rec: Recorder, result: Any) -> list[fx.Node]:
+    return [rec.value(t) for t in pytree.tree_leaves(result) if isinstance(t, TracerTensor)]
+
+
+def _inherit(graph: fx.Graph, mark: fx.Node | None, meta: dict) -> None:
+    """Nodes made since `mark` take the source node's metadata (all but its value)."""
+    node = mark.next if mark is not None else next(iter(graph.nodes), None)
+    while node is not None and node.op != "root":
+        if node.op != "placeholder":
+            for key, value in meta.items():
+                if key != "val" and key not in node.meta:
+                    node.meta[key] = value
+        node = node.next
+
+
+def _order_placeholders(graph: fx.Graph, names: list[str], new_constants: list[str], first_user: str | None) -> None:
+    """The source's placeholders in their order, constants the replay lifted after the
+    source's constants (before the first user input)."""
+    by_name = {n.name: n for n in graph.nodes if n.op == "placeholder"}
+    anchor = next(n for n in graph.nodes if n.op != "placeholder")
+    ordered = list(names)
+    if new_constants:
+        at = names.index(first_user) if first_user is not None else len(names)
+        ordered[at:at] = new_constants
+    for name in ordered:
+        anchor.prepend(by_name[name])

@@ -1,0 +1,143 @@
+"""Decomposition tables: which operators `run_decompositions` expands, and how.
+
+A table maps an operator overload to a Python function computing it from other operators.
+The default table lowers to the Core ATen opset, as torch 2.13's does: every functional
+composite (CompositeImplicitAutograd) ATen op maps to its own composite kernel, and the
+non-composite ops torch lowers (`torch._decomp`'s Core ATen table) map to torch's
+decompositions, used as op semantics. The user edits it like a dict: deleting an op keeps
+it whole, a new entry decomposes an op with the user's function, and an empty dict means
+"nothing decomposed".
+
+Composite ops of other namespaces (a `torch.library` op with a CompositeImplicitAutograd
+kernel) may be registered after the table is made, so the default table records which of
+them the user deleted and adds the rest when it is used (`materialize`).
+"""
+from __future__ import annotations
+
+from functools import lru_cache
+from typing import Any, Callable
+
+import torch
+
+from .. import _torch
+from .kinds import op_info
+from .policy import DispatchPolicy
+
+# Functional composite ATen ops torch's default table leaves whole (backends want them).
+_PRESERVED_COMPOSITES = frozenset({
+    torch.ops.aten.upsample_bilinear2d.vec, torch.ops.aten.upsample_nearest2d.vec,
+    torch.ops.aten.silu_backward.default, torch.ops.aten.mish_backward.default,
+    torch.ops.aten._fused_rms_norm.default,
+})
+
+
+class DecompositionTable(dict):
+    """The mutable default table (`graphport.default_decompositions()`)."""
+
+    def __init__(self, entries: dict | None = None, deleted: set | None = None):
+        super().__init__(_aten_defaults() if entries is None else entries)
+        self.deleted: set = set(deleted or ())   # non-ATen composites the user chose to keep whole
+
+    def __delitem__(self, op) -> None:
+        self.pop(op)
+
+    def pop(self, op, *default):
+        if not _is_aten(op):
+            self.deleted.add(op)
+        if op not in self and not _is_aten(op) and op_info(op).preserved:
+            return composite_decomposition(op)   # a custom composite not materialized yet
+        return super().pop(op, *default)
+
+    def __setitem__(self, op, fn: Callable) -> None:
+        self.deleted.discard(op)
+        super().__setitem__(op, fn)
+
+    def copy(self) -> "DecompositionTable":
+        return DecompositionTable(dict(self), self.deleted)
+
+    def materialize(self) -> dict:
+        """The table as a plain dict, with the composites of other namespaces registered by
+        now (the ones the user did not delete)."""
+        table = dict(self)
+        for op in composite_ops(aten_only=False):
+            if op not in table and op not in self.deleted and not _is_aten(op):
+                table[op] = composite_decomposition(op)
+        return table
+
+
+def default_decompositions() -> DecompositionTable:
+    """The Core ATen table, as a new mutable mapping the caller may edit."""
+    return DecompositionTable()
+
+
+@lru_cache(maxsize=1)
+def _aten_table() -> tuple[tuple[Any, Callable], ...]:
+    entries = dict(_torch.core_aten_decompositions())
+    # composites with a C++ kernel, and those whose kernel torch registers in Python
+    python_composites = [op for op in _torch.decomposition_table() if isinstance(op, _torch.OpOverload)
+                         and _is_aten(op) and _torch.is_composite_implicit(op) and op_info(op).preserved]
+    for op in composite_ops(aten_only=True) + python_composites:
+        if op not in _PRESERVED_COMPOSITES and op not in entries:
+            entries[op] = composite_decomposition(op)
+    return tuple(entries.items())
+
+
+def lowerable(op: _torch.OpOverload) -> bool:
+    """Whether the default table, or the op's own composite kernel, can expand `op`."""
+    return _torch.is_composite_implicit(op) or op in _aten_keys()
+
+
+@lru_cache(maxsize=1)
+def _aten_keys() -> frozenset:
+    return frozenset(op for op, _ in _aten_table())
+
+
+def _aten_defaults() -> dict:
+    return dict(_aten_table())
+
+
+def _is_aten(op) -> bool:
+    return op.namespace == "aten"
+
+
+def composite_ops(aten_only: bool) -> list[_torch.OpOverload]:
+    """Functional composite ops (ones a program may keep whole) registered so far."""
+    found = []
+    for name in _torch.composite_implicit_op_names():
+        namespace, _, rest = name.partition("::")
+        if aten_only and namespace != "aten":
+            continue
+        op = _resolve(namespace, rest)
+        if op is not None and op_info(op).preserved:
+            found.append(op)
+    return found
+
+
+def _resolve(namespace: str, rest: str) -> _torch.OpOverload | None:
+    packet_name, _, overload = rest.partition(".")
+    try:
+        packet = getattr(getattr(torch.ops, namespace), packet_name)
+        return getattr(packet, overload or "default")
+    except (AttributeError, RuntimeError):
+        return None
+
+
+def composite_decomposition(op: _torch.OpOverload) -> Callable:
+    """A composite op's own kernel as its decomposition (a Python one when registered)."""
+    return op.decompose
+
+
+class TablePolicy(DispatchPolicy):
+    """Capture under a decomposition table: an op in the table is expanded with the table's
+    function; a functional composite op not in it stays whole; other composites (views,
+    aliasing ops) expand with their own kernel, as at the default level."""
+
+    def __init__(self, table: dict):
+        self.table = table
+
+    def keep(self, op) -> bool:
+        return op not in self.table and op_info(op).preserved
+
+    def decomposition(self, op) -> Callable[..., Any] | None:
+        found = self.table.get(op)
+        return found if found is not None else super().decomposition(op)
