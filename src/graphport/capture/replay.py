@@ -25,6 +25,7 @@ from .. import _torch
 from ..errors import OperatorError, UnsupportedFeatureError
 from ..ops.policy import DispatchPolicy
 from ..passes.dead_code import eliminate_dead_code
+from ..passes.metadata import capture_value
 from .environment import capture_environment
 from .mode import CaptureMode
 from .recorder import Recorder
@@ -114,7 +115,7 @@ def _portable_decompositions():
 
 
 def _placeholder(rec: Recorder, p: fx.Node, inputs: ReplayInputs) -> Any:
-    val = p.meta.get("val")
+    val = capture_value(p.meta.get("val"))
     if isinstance(val, torch.Tensor):
         real = inputs.constants.get(p.name)
         if real is not None:
@@ -179,10 +180,11 @@ def _record_as_is(rec: Recorder, node: fx.Node, args, kwargs) -> Any:
     replaced by their replays."""
     node_args, node_kwargs = pytree.tree_map(
         lambda a: a.node if isinstance(a, _Subgraph) else rec.graph_arg(a), (args, kwargs))
-    made = rec.node(node.target, node_args, node_kwargs, node.meta["val"])
+    val = capture_value(node.meta["val"])
+    made = rec.node(node.target, node_args, node_kwargs, val)
     device = next((a.device for a in pytree.tree_leaves((args, kwargs)) if isinstance(a, torch.Tensor)),
                   torch.device("cpu"))
-    return rec.wrap(node.meta["val"], made, device)
+    return rec.wrap(val, made, device)
 
 
 def _graph_value(rec: Recorder, value: Any) -> Any:

@@ -24,6 +24,7 @@ from ..ops.decompositions import DecompositionTable, TablePolicy, default_decomp
 from ..program import ExportedProgram, ModuleCallEntry
 from ..signature import (ConstantArgument, ExportGraphSignature, InputKind, InputSpec, OutputSpec, SymBoolArgument,
                          SymFloatArgument, SymIntArgument, TensorArgument)
+from .metadata import finish_metadata
 from .verifier import verify
 
 pytree = _torch.pytree
@@ -52,10 +53,11 @@ def run_decompositions(ep: ExportedProgram, decomp_table: dict[Any, Callable] | 
                     for spec, value in zip(ep.graph_signature.output_specs, out_values)]
     lowered = ExportedProgram(
         replayed.graph_module, ExportGraphSignature(input_specs, output_specs), dict(ep.state_dict),
-        dict(ep.range_constraints), [ModuleCallEntry(e.fqn, e.signature) for e in ep.module_call_graph],
+        dict(ep.range_constraints), [ModuleCallEntry(e.fqn, e.signature, e.alias_of) for e in ep.module_call_graph],
         ep.example_inputs, {**ep.constants, **replayed.constant_values}, list(ep.input_paths),
         dict(ep.input_aliases), ep.shape_contract, list(ep.shape_report))
     verify(lowered, dialect="core_aten" if decomp_table is None else "default")
+    finish_metadata(lowered.graph_module)
     return lowered
 
 

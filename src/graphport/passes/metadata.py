@@ -51,6 +51,11 @@ class RuntimeValue(torch.Tensor):
         return self
 
 
+def capture_value(val: Any) -> Any:
+    """The value as capture computes with it: each RuntimeValue's meta twin."""
+    return pytree.tree_map_only(RuntimeValue, lambda v: v.gp_meta, val)
+
+
 def finish_metadata(gm: fx.GraphModule) -> None:
     """Every node of `gm` and of its subgraphs: `val` on its run-time device, and
     `tensor_meta` for tensors."""

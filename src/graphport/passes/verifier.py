@@ -140,10 +140,10 @@ def verify(ep, dialect: str = "default") -> None:
     okinds = [_OUTPUT_ORDER.index(s.kind) for s in sig.output_specs]
     if okinds != sorted(okinds):
         _fail(outputs[0], "outputs must be ordered state mutations, input mutations, user outputs")
-    _check_nodes(ep.graph_module, "the graph")
+    _check_nodes(ep.graph_module, "the graph", dialect)
 
 
-def _check_nodes(module: fx.GraphModule, where: str) -> None:
+def _check_nodes(module: fx.GraphModule, where: str, dialect: str) -> None:
     """The rules every graph obeys, the program's and each subgraph's (recursively)."""
     nodes = list(module.graph.nodes)
     members = set(nodes)
@@ -157,7 +157,7 @@ def _check_nodes(module: fx.GraphModule, where: str) -> None:
         if node.op in ("call_module", "call_method"):
             _fail(node, f"{node.op} is not allowed: the graph must be flat ATen calls")
         if node.op == "get_attr":
-            _check_subgraph(module, node, where)
+            _check_subgraph(module, node, where, dialect)
             continue
         if node.op == "placeholder" and "val" not in node.meta:
             _fail(node, "every placeholder needs meta['val']")
@@ -181,7 +181,7 @@ def _check_nodes(module: fx.GraphModule, where: str) -> None:
     check_data_dependent_bindings(nodes, _fail)
 
 
-def _check_subgraph(module: fx.GraphModule, node: fx.Node, where: str) -> None:
+def _check_subgraph(module: fx.GraphModule, node: fx.Node, where: str, dialect: str) -> None:
     """get_attr only reaches a control-flow subgraph (state is lifted to placeholders), which
     obeys the contract itself and is passed only to control-flow operators."""
     sub = getattr(module, node.target, None) if isinstance(node.target, str) else None
@@ -191,4 +191,4 @@ def _check_subgraph(module: fx.GraphModule, node: fx.Node, where: str) -> None:
         if not (user.op == "call_function" and isinstance(user.target, _torch.HigherOrderOperator)
                 and user.target.name() in _CONTROL_FLOW):
             _fail(node, f"the subgraph {node.target} is used by {user.name}, which is no control-flow operator")
-    _check_nodes(sub, f"subgraph {node.target} of {where}")
+    _check_nodes(sub, f"subgraph {node.target} of {where}", dialect)
