@@ -1,0 +1,273 @@
+"""graphport.ExportedProgram -> torch.export.ExportedProgram.
+
+The graph, signature, state, constants and call graph carry over as they are (graphport's IR
+is torch.export's IR). What differs is the values in `meta["val"]`: ours are meta tensors and
+SymInts over graphport's shape environment, torch's passes want FakeTensors and SymInts over
+*its* ShapeEnv. So we build one torch ShapeEnv whose symbols are ours (same names, ranges
+narrowed to the sizes the capture holds for, example values as hints), rebuild every value on
+it, and leave everything else to torch's own constructor and verifier.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import sympy
+import torch
+import torch.export as texport
+import torch.export.exported_program as tprogram
+import torch.export.graph_signature as tsig
+import torch.fx as fx
+from torch._dynamo.source import LocalSource, TensorProperty, TensorPropertySource
+from torch._subclasses.fake_tensor import FakeTensorMode
+from torch.fx.experimental.symbolic_shapes import CallMethodKey, ShapeEnv, free_unbacked_symbols
+from torch.utils._pytree import SequenceKey, tree_flatten
+
+from .. import signature as gsig
+from ..errors import UnsupportedFeatureError
+from ..program import ExportedProgram, ModuleCallEntry
+from ..shapes.contract import ComputedValue, InputDimension, ShapeContract, SymbolFact
+from ..shapes.expr import ValueRange
+from .symbols import SymbolMap, range_to_torch, torch_symbol
+
+CONTRACT_META_KEY = "graphport_shape_contract"   # graph_module.meta: our contract, for from_torch
+
+
+def to_torch(ep: ExportedProgram) -> texport.ExportedProgram:
+    """The same program as a torch.export.ExportedProgram, for torch's passes and backends
+    (run_decompositions, module(), unflatten, torch.onnx.export, AOTInductor, ...).
+
+    Each dynamic dimension keeps its symbol and gets the range the program is valid for
+    (graphport's range, raised to the smallest size the capture holds for); relations
+    between dimensions that torch's range constraints cannot state are refused rather than
+    silently dropped."""
+    contract = ep.shape_contract
+    if contract is not None and contract.relations:
+        rels = ", ".join(str(r.rel) for r in contract.relations)
+        raise UnsupportedFeatureError(
+            f"the program requires relations between its input sizes ({rels}) that a torch.export program "
+            "states only as runtime assertions, which graphport does not emit yet",
+            fix="give those dimensions an explicit graphport.Dim (or a derived Dim) instead of Dim.AUTO")
+    shape_env = ShapeEnv(tracked_fakes=[], allow_dynamic_output_shape_ops=True)
+    fake_mode = FakeTensorMode(shape_env=shape_env, allow_non_fake_inputs=True, export=True)
+    symbols = SymbolMap()
+    if contract is not None:
+        _declare_symbols(ep, contract, shape_env, symbols)
+    values = _Values(shape_env, fake_mode, symbols, _program_device(ep))
+    graph_module = _convert_module(ep.graph_module, values, _root_module_entry(ep.graph_module))
+    if contract is not None:
+        _bind_computed_symbols(graph_module, contract, symbols)
+        graph_module.meta[CONTRACT_META_KEY] = contract.to_json()
+    return texport.ExportedProgram(
+        root=graph_module, graph=graph_module.graph, graph_signature=_signature(ep.graph_signature),
+        state_dict=dict(ep.state_dict), range_constraints=_range_constraints(ep, contract, symbols),
+        module_call_graph=[_call_entry(e) for e in ep.module_call_graph],
+        example_inputs=ep.example_inputs, constants=dict(ep.constants))
+
+
+# -- symbols --------------------------------------------------------------------------------------
+
+def valid_range(fact: SymbolFact) -> ValueRange:
+    """The sizes the program computes the right answer for: graphport refuses the others at
+    call time with a reason; torch's module() refuses what is outside the range."""
+    if fact.valid_from is None or fact.valid_from <= fact.range.lower:
+        return fact.range
+    return ValueRange(fact.valid_from, fact.range.upper)
+
+
+def _declare_symbols(ep: ExportedProgram, contract: ShapeContract, shape_env: ShapeEnv,
+                     symbols: SymbolMap) -> None:
+    placeholders = [s.arg.name for s in ep.graph_signature.input_specs if s.kind is gsig.InputKind.USER_INPUT]
+    flat_examples = tree_flatten(ep.example_inputs)[0] if ep.example_inputs is not None else None
+    computed = []
+    for sym, fact in contract.symbols.items():
+        if isinstance(fact.source, ComputedValue):
+            computed.append(fact)
+            continue
+        src = fact.source
+        source = TensorPropertySource(LocalSource(placeholders[src.index]), TensorProperty.SIZE, src.dim)
+        theirs = torch_symbol(sym.name)
+        shape_env.add_backed_var_to_val(theirs, _hint(fact, src, flat_examples))
+        shape_env.var_to_range[theirs] = range_to_torch(valid_range(fact))
+        shape_env.var_to_sources[theirs] = [source]
+        shape_env.source_to_var[source.name] = theirs
+        shape_env.symbol_guard_counter[theirs] = 0
+        symbols.bind(sym, theirs)
+    for fact in sorted(computed, key=lambda f: _index(f.symbol)):
+        shape_env.unbacked_symint_counter = max(shape_env.unbacked_symint_counter, _index(fact.symbol))
+        theirs = shape_env.create_unbacked_symint().node.expr
+        shape_env.var_to_range[theirs] = range_to_torch(fact.range)
+        symbols.bind(fact.symbol, theirs)
+    # bound below, by the node that computes each (meta["unbacked_bindings"])
+    shape_env.pending_fresh_unbacked_symbols.clear()
+
+
+def _index(sym: sympy.Symbol) -> int:
+    digits = sym.name.lstrip("abcdefghijklmnopqrstuvwxyz_")
+    return int(digits) if digits.isdigit() else 0
+
+
+def _hint(fact: SymbolFact, src: InputDimension, flat_examples: list | None) -> int:
+    """The symbol's value in the example inputs; without them, a size inside its valid range."""
+    if flat_examples is not None and src.index < len(flat_examples) and isinstance(flat_examples[src.index],
+                                                                                  torch.Tensor):
+        value = (int(flat_examples[src.index].shape[src.dim]) - src.offset) // src.coeff
+        if valid_range(fact).contains(value):
+            return value
+    r = valid_range(fact)
+    return int(min(max(r.lower, 2), r.upper))
+
+
+def _range_constraints(ep: ExportedProgram, contract: ShapeContract | None, symbols: SymbolMap) -> dict:
+    if contract is None:
+        return {}
+    out = {}
+    for key, r in ep.range_constraints.items():
+        fact = contract.symbols.get(key)
+        out[symbols.to_torch(key)] = range_to_torch(valid_range(fact) if fact is not None else r)
+    return out
+
+
+# -- values ---------------------------------------------------------------------------------------
+
+def _program_device(ep: ExportedProgram) -> torch.device:
+    """graphport's values live on the meta device; the program runs where its tensors are."""
+    examples = tree_flatten(ep.example_inputs)[0] if ep.example_inputs is not None else []
+    for t in [*ep.state_dict.values(), *ep.constants.values(), *examples]:
+        if isinstance(t, torch.Tensor) and t.device.type != "meta":
+            return t.device
+    return torch.device("cpu")
+
+
+class _Values:
+    """Rebuilds graphport values (meta tensors, SymInts over our env) as torch FakeTensors and
+    SymInts over one torch ShapeEnv. Conversions are cached by expression."""
+
+    def __init__(self, shape_env: ShapeEnv, fake_mode: FakeTensorMode, symbols: SymbolMap, device: torch.device):
+        self.shape_env, self.fake_mode, self.symbols, self.device = shape_env, fake_mode, symbols, device
+        self._syms: dict = {}
+
+    def convert(self, value: Any) -> Any:
+        if isinstance(value, torch.Tensor):
+            return self._tensor(value)
+        if isinstance(value, (torch.SymInt, torch.SymFloat, torch.SymBool)):
+            return self._sym(value)
+        if isinstance(value, (list, tuple)):
+            return type(value)(self.convert(v) for v in value)
+        return value
+
+    def _sym(self, value):
+        key = (type(value), value.node.expr)
+        if key not in self._syms:
+            expr = self.symbols.to_torch(value.node.expr)
+            if isinstance(value, torch.SymBool):
+                out = bool(expr) if expr in (sympy.true, sympy.false) else self.shape_env.create_symboolnode(expr)
+            elif isinstance(value, torch.SymFloat):
+                out = self.shape_env.create_symfloatnode(expr, hint=self._hint(expr, float))
+            else:
+                out = self.shape_env.create_symintnode(expr, hint=self._hint(expr, int))
+            self._syms[key] = out
+        return self._syms[key]
+
+    def _hint(self, expr: sympy.Basic, kind: type):
+        if free_unbacked_symbols(expr):
+            return None
+        value = expr.xreplace(self.shape_env.backed_var_to_val)
+        return kind(value) if value.is_number else None
+
+    def _size(self, s):
+        return self._sym(s) if isinstance(s, torch.SymInt) else s
+
+    def _tensor(self, t: torch.Tensor) -> torch.Tensor:
+        sizes = [self._size(s) for s in t.shape]
+        strides = [self._size(s) for s in t.stride()]
+        device = self.device if t.device.type == "meta" else t.device
+        with self.fake_mode:
+            out = torch.empty_strided(sizes, strides, dtype=t.dtype, device=device)
+        return out.requires_grad_(t.requires_grad) if t.requires_grad and t.dtype.is_floating_point else out
+
+
+def _root_module_entry(gm: fx.GraphModule) -> dict:
+    """The root module's nn_module_stack entry, which torch writes on every call node (its
+    unflatten reads it) and graphport leaves out for code run directly in the root forward."""
+    for node in gm.graph.nodes:
+        for key, entry in (node.meta.get("nn_module_stack") or {}).items():
+            if entry[0] == "":
+                return {key: entry}
+    return {}
+
+
+def _convert_module(gm: fx.GraphModule, values: _Values, root_entry: dict) -> fx.GraphModule:
+    """A copy of `gm` (and, recursively, of every GraphModule it reaches by get_attr: control-flow
+    branches and bodies) with every meta["val"] rebuilt on torch's side."""
+    graph = fx.Graph()
+    env: dict[fx.Node, fx.Node] = {}
+    root = torch.nn.Module()
+    for node in gm.graph.nodes:
+        new = graph.node_copy(node, lambda n: env[n])
+        env[node] = new
+        if "val" in node.meta:
+            new.meta["val"] = values.convert(node.meta["val"])
+        if node.op == "call_function" and not new.meta.get("nn_module_stack") and root_entry:
+            new.meta["nn_module_stack"] = dict(root_entry)
+        if node.op == "get_attr":
+            attr = getattr(gm, node.target)
+            root.register_module(node.target, _convert_module(attr, values, root_entry)
+                                 if isinstance(attr, fx.GraphModule) else attr)
+    return fx.GraphModule(root, graph, class_name=type(gm).__name__)
+
+
+def _bind_computed_symbols(gm: fx.GraphModule, contract: ShapeContract, symbols: SymbolMap) -> None:
+    """torch finds where a data-dependent symbol comes from in meta["unbacked_bindings"] of the
+    node computing it: a path into that node's value."""
+    nodes = {n.name: n for m in gm.modules() if isinstance(m, fx.GraphModule) for n in m.graph.nodes}
+    for fact in contract.symbols.values():
+        if not isinstance(fact.source, ComputedValue):
+            continue
+        theirs = symbols.to_torch_symbols[fact.symbol]
+        node = nodes.get(fact.source.node)
+        path = None if node is None else _path_to(node.meta.get("val"), theirs, ())
+        if path is None:
+            raise UnsupportedFeatureError(
+                f"the data-dependent size {fact.symbol} ({fact.name}) is not found in the value of node "
+                f"{fact.source.node!r} that should compute it", fix="export the program again with graphport.export")
+        node.meta.setdefault("unbacked_bindings", {})[theirs] = path
+
+
+def _path_to(value: Any, sym: sympy.Symbol, path: tuple) -> tuple | None:
+    if isinstance(value, torch.SymInt) and value.node.expr == sym:
+        return path
+    if isinstance(value, torch.Tensor):
+        for i, s in enumerate(value.shape):
+            if isinstance(s, torch.SymInt) and s.node.expr == sym:
+                return (*path, CallMethodKey("size"), SequenceKey(i))
+    if isinstance(value, (list, tuple)):
+        for i, v in enumerate(value):
+            found = _path_to(v, sym, (*path, SequenceKey(i)))
+            if found is not None:
+                return found
+    return None
+
+
+# -- signature and call graph ---------------------------------------------------------------------
+
+def argument_to_torch(arg: gsig.ArgumentSpec):
+    if isinstance(arg, gsig.ConstantArgument):
+        return tsig.ConstantArgument(name=arg.name, value=arg.value)
+    return getattr(tsig, type(arg).__name__)(name=arg.name)
+
+
+def _signature(sig: gsig.ExportGraphSignature) -> tsig.ExportGraphSignature:
+    return tsig.ExportGraphSignature(
+        input_specs=[tsig.InputSpec(kind=tsig.InputKind[s.kind.name], arg=argument_to_torch(s.arg), target=s.target,
+                                    persistent=s.persistent) for s in sig.input_specs],
+        output_specs=[tsig.OutputSpec(kind=tsig.OutputKind[s.kind.name], arg=argument_to_torch(s.arg),
+                                      target=s.target) for s in sig.output_specs])
+
+
+def _call_entry(entry: ModuleCallEntry) -> tprogram.ModuleCallEntry:
+    sig = entry.signature
+    if sig is None:
+        return tprogram.ModuleCallEntry(fqn=entry.fqn)
+    return tprogram.ModuleCallEntry(fqn=entry.fqn, signature=tprogram.ModuleCallSignature(
+        inputs=[argument_to_torch(a) for a in sig.inputs], outputs=[argument_to_torch(a) for a in sig.outputs],
+        in_spec=sig.in_spec, out_spec=sig.out_spec, forward_arg_names=sig.forward_arg_names))
