@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import pytest
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the bench/ helpers live at the repo root
@@ -14,6 +15,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the bench/ helpe
 from bench import harness, measure, zoo  # noqa: E402
 
 import graphport as gp  # noqa: E402
+
+slow = pytest.mark.slow
 
 NAMES = [name for name, entry in zoo.MODELS.items() if not entry.meta]
 

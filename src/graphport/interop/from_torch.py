@@ -22,7 +22,7 @@ from ..capture.inputs import input_paths
 from ..errors import UnsupportedFeatureError
 from ..passes.verifier import verify
 from ..program import ExportedProgram, ModuleCallEntry, ModuleCallSignature
-from ..shapes.contract import ComputedValue, InputDimension, ShapeContract, SymbolFact, size_symbol
+from ..shapes.contract import ComputedValue, InputDimension, Relation, ShapeContract, SymbolFact, size_symbol
 from ..shapes.env import ShapeEnv, SymbolInfo
 from ..shapes.expr import ValueRange
 from ..shapes.node import SymNode
@@ -83,7 +83,23 @@ def _contract(tep: texport.ExportedProgram, user_vals: list, symbols: SymbolMap)
     for theirs, node in computed.items():
         sym = size_symbol(theirs.name)
         facts[sym] = SymbolFact(sym, sym.name, ranges.get(sym) or _torch_range(shape_env, sym), ComputedValue(node))
-    return ShapeContract(facts, dims, [])
+    return ShapeContract(facts, dims, _relations(shape_env, facts, symbols))
+
+
+def _relations(shape_env, facts: dict, symbols: SymbolMap) -> list[Relation]:
+    """torch's guards on the input sizes (divisibility, equalities, ...): its module() checks
+    them on every call, so graphport's does too."""
+    if shape_env is None:
+        return []
+    names = {sym.name for sym in facts}
+    out = []
+    for guard in shape_env.guards:
+        free = guard.expr.free_symbols
+        if free and {s.name for s in free} <= names:
+            rel = symbols.from_torch(guard.expr)
+            if rel is not sympy.true:
+                out.append(Relation(rel))
+    return out
 
 
 def _solve(expr: sympy.Expr, sym: sympy.Symbol, index: int, dim: int) -> InputDimension:
@@ -225,7 +241,15 @@ def _call_entry(entry) -> ModuleCallEntry:
         return ModuleCallEntry(entry.fqn)
     return ModuleCallEntry(entry.fqn, ModuleCallSignature(
         [_argument(a) for a in sig.inputs], [_argument(a) for a in sig.outputs], sig.in_spec, sig.out_spec,
-        sig.forward_arg_names))
+        _positional_names(sig)))
+
+
+def _positional_names(sig) -> list[str] | None:
+    """graphport names the positional arguments only; torch adds the keyword arguments' names."""
+    if sig.forward_arg_names is None or sig.in_spec is None:
+        return sig.forward_arg_names
+    args, _ = tree_unflatten([None] * sig.in_spec.num_leaves, sig.in_spec)
+    return list(sig.forward_arg_names[:len(args)])
 
 
 def _input_paths(sig: ModuleCallSignature | None, count: int) -> list[str]:

@@ -59,7 +59,8 @@ def _pow_to_torch(base, exp):
 _TO_TORCH = {
     sympy.Add: sympy.Add, sympy.Mul: sympy.Mul, sympy.Pow: _pow_to_torch,
     FloorDiv: tfn.FloorDiv, Mod: tfn.PythonMod, sympy.Max: tfn.Max, sympy.Min: tfn.Min,
-    **{r: (lambda r: lambda a, b: r(a, b))(r) for r in _RELATIONS}, **{op: op for op in _LOGIC},
+    # unevaluated: torch's size symbols are positive, ours nonnegative; `Ne(s0, 0)` must stay a check
+    **{r: (lambda r: lambda a, b: r(a, b, evaluate=False))(r) for r in _RELATIONS}, **{op: op for op in _LOGIC},
 }
 
 _FROM_TORCH = {

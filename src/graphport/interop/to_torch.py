@@ -9,6 +9,8 @@ it, and leave everything else to torch's own constructor and verifier.
 """
 from __future__ import annotations
 
+import dataclasses
+import functools
 from typing import Any
 
 import sympy
@@ -17,16 +19,18 @@ import torch.export as texport
 import torch.export.exported_program as tprogram
 import torch.export.graph_signature as tsig
 import torch.fx as fx
-from torch._dynamo.source import LocalSource, TensorProperty, TensorPropertySource
+from torch._dynamo.source import TensorProperty, TensorPropertySource
 from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.fx.experimental.symbolic_shapes import CallMethodKey, ShapeEnv, free_unbacked_symbols
-from torch.utils._pytree import SequenceKey, tree_flatten
+from torch.utils._pytree import SequenceKey, keystr, tree_flatten, tree_flatten_with_path, tree_unflatten
+from torch.utils._sympy.functions import FloorDiv, PythonMod
+from torch._guards import GuardSource, ShapeGuard, Source
 
 from .. import signature as gsig
 from ..errors import UnsupportedFeatureError
 from ..program import ExportedProgram, ModuleCallEntry
 from ..shapes.contract import ComputedValue, InputDimension, ShapeContract, SymbolFact
-from ..shapes.expr import ValueRange
+from ..shapes.expr import INF, ValueRange
 from .symbols import SymbolMap, range_to_torch, torch_symbol
 
 CONTRACT_META_KEY = "graphport_shape_contract"   # graph_module.meta: our contract, for from_torch
@@ -37,26 +41,23 @@ def to_torch(ep: ExportedProgram) -> texport.ExportedProgram:
     (run_decompositions, module(), unflatten, torch.onnx.export, AOTInductor, ...).
 
     Each dynamic dimension keeps its symbol and gets the range the program is valid for
-    (graphport's range, raised to the smallest size the capture holds for); relations
-    between dimensions that torch's range constraints cannot state are refused rather than
-    silently dropped."""
+    (graphport's range, raised to the smallest size the capture holds for). What torch's
+    range constraints cannot state (derived dimensions, divisibility, relations between
+    sizes) becomes the program's guards, which torch's `module()` checks on every call, as
+    it does for the guards of its own exports."""
     contract = ep.shape_contract
-    if contract is not None and contract.relations:
-        rels = ", ".join(str(r.rel) for r in contract.relations)
-        raise UnsupportedFeatureError(
-            f"the program requires relations between its input sizes ({rels}) that a torch.export program "
-            "states only as runtime assertions, which graphport does not emit yet",
-            fix="give those dimensions an explicit graphport.Dim (or a derived Dim) instead of Dim.AUTO")
     shape_env = ShapeEnv(tracked_fakes=[], allow_dynamic_output_shape_ops=True)
     fake_mode = FakeTensorMode(shape_env=shape_env, allow_non_fake_inputs=True, export=True)
     symbols = SymbolMap()
+    paths = _input_paths(ep) if contract is not None else []
     if contract is not None:
-        _declare_symbols(ep, contract, shape_env, symbols)
+        _declare_symbols(ep, contract, shape_env, symbols, paths)
     values = _Values(shape_env, fake_mode, symbols, _program_device(ep))
     graph_module = _convert_module(ep.graph_module, values, _root_module_entry(ep.graph_module))
     if contract is not None:
         _bind_computed_symbols(graph_module, contract, symbols)
         graph_module.meta[CONTRACT_META_KEY] = contract.to_json()
+        _add_input_guards(shape_env, contract, symbols, paths)
     return texport.ExportedProgram(
         root=graph_module, graph=graph_module.graph, graph_signature=_signature(ep.graph_signature),
         state_dict=dict(ep.state_dict), range_constraints=_range_constraints(ep, contract, symbols),
@@ -74,9 +75,8 @@ def valid_range(fact: SymbolFact) -> ValueRange:
     return ValueRange(fact.valid_from, fact.range.upper)
 
 
-def _declare_symbols(ep: ExportedProgram, contract: ShapeContract, shape_env: ShapeEnv,
-                     symbols: SymbolMap) -> None:
-    placeholders = [s.arg.name for s in ep.graph_signature.input_specs if s.kind is gsig.InputKind.USER_INPUT]
+def _declare_symbols(ep: ExportedProgram, contract: ShapeContract, shape_env: ShapeEnv, symbols: SymbolMap,
+                     paths: list[str]) -> None:
     flat_examples = tree_flatten(ep.example_inputs)[0] if ep.example_inputs is not None else None
     computed = []
     for sym, fact in contract.symbols.items():
@@ -84,7 +84,7 @@ def _declare_symbols(ep: ExportedProgram, contract: ShapeContract, shape_env: Sh
             computed.append(fact)
             continue
         src = fact.source
-        source = TensorPropertySource(LocalSource(placeholders[src.index]), TensorProperty.SIZE, src.dim)
+        source = TensorPropertySource(_InputSource(paths[src.index]), TensorProperty.SIZE, src.dim)
         theirs = torch_symbol(sym.name)
         shape_env.add_backed_var_to_val(theirs, _hint(fact, src, flat_examples))
         shape_env.var_to_range[theirs] = range_to_torch(valid_range(fact))
@@ -125,6 +125,74 @@ def _range_constraints(ep: ExportedProgram, contract: ShapeContract | None, symb
         fact = contract.symbols.get(key)
         out[symbols.to_torch(key)] = range_to_torch(valid_range(fact) if fact is not None else r)
     return out
+
+
+def _input_paths(ep: ExportedProgram) -> list[str]:
+    """How torch's module() names each flat user input in its guards: `L['x']`, `L['kw'][0]`."""
+    sig = ep.call_spec
+    count = sum(s.kind is gsig.InputKind.USER_INPUT for s in ep.graph_signature.input_specs)
+    args, kwargs = tree_unflatten(list(range(count)), sig.in_spec)
+    bound = {**dict(zip(sig.forward_arg_names or [], args)), **kwargs}
+    if len(bound) != len(args) + len(kwargs):
+        raise UnsupportedFeatureError("the program's positional inputs have no names, so torch.export's module() "
+                                      "cannot check their sizes", fix="export the program again with graphport.export")
+    paths = [""] * count
+    for path, index in tree_flatten_with_path(bound)[0]:
+        paths[index] = "L" + keystr(path)
+    return paths
+
+
+@dataclasses.dataclass(frozen=True)
+class _InputSource(Source):
+    """A flat user input, named as torch's module() names it in guard code."""
+    path: str
+
+    @property
+    def _name_template(self) -> str:
+        return self.path
+
+    @functools.cached_property
+    def guard_source(self) -> GuardSource:
+        return GuardSource.LOCAL
+
+
+def _add_input_guards(shape_env: ShapeEnv, contract: ShapeContract, symbols: SymbolMap, paths: list[str]) -> None:
+    """The contract as guards on the input sizes: each symbol's valid range and form, each
+    dimension's expression, each relation. torch turns its ShapeEnv's guards into the checks
+    its module() runs on every call (and keeps them through its passes); its range
+    constraints alone state neither derived dimensions nor divisibility nor relations."""
+    by_dim: dict[tuple[int, int], sympy.Symbol] = {}
+
+    def size(index: int, dim: int) -> sympy.Symbol:
+        if (index, dim) not in by_dim:
+            sym = torch_symbol(f"s_input{index}_dim{dim}")
+            shape_env.var_to_sources[sym] = [TensorPropertySource(_InputSource(paths[index]), TensorProperty.SIZE, dim)]
+            by_dim[index, dim] = sym
+        return by_dim[index, dim]
+
+    value: dict[sympy.Symbol, sympy.Basic] = {}
+    guards: list[sympy.Basic] = []
+    for sym, fact in contract.symbols.items():
+        if not isinstance(fact.source, InputDimension):
+            continue
+        src, theirs = fact.source, symbols.to_torch_symbols[sym]
+        if (src.coeff, src.offset) == (1, 0):
+            by_dim[src.index, src.dim] = value[theirs] = theirs
+        else:
+            dim = size(src.index, src.dim)
+            value[theirs] = FloorDiv(dim - src.offset, src.coeff)
+            guards.append(sympy.Eq(PythonMod(dim - src.offset, src.coeff), 0))
+        r = valid_range(fact)
+        # unevaluated: torch's size symbols are positive, so sympy would drop `s >= 1` as true
+        guards.append(sympy.Ge(value[theirs], int(r.lower), evaluate=False))
+        if r.upper != INF:
+            guards.append(sympy.Le(value[theirs], int(r.upper), evaluate=False))
+    for index, dim, expr in contract.dims:
+        theirs = symbols.to_torch(expr)
+        if by_dim.get((index, dim)) is not theirs:
+            guards.append(sympy.Eq(size(index, dim), theirs.xreplace(value)))
+    guards += [symbols.to_torch(r.rel).xreplace(value) for r in contract.relations]
+    shape_env.guards += [ShapeGuard(g, shape_env._get_sloc(), False) for g in guards if g is not sympy.true]
 
 
 # -- values ---------------------------------------------------------------------------------------
@@ -270,4 +338,12 @@ def _call_entry(entry: ModuleCallEntry) -> tprogram.ModuleCallEntry:
         return tprogram.ModuleCallEntry(fqn=entry.fqn)
     return tprogram.ModuleCallEntry(fqn=entry.fqn, signature=tprogram.ModuleCallSignature(
         inputs=[argument_to_torch(a) for a in sig.inputs], outputs=[argument_to_torch(a) for a in sig.outputs],
-        in_spec=sig.in_spec, out_spec=sig.out_spec, forward_arg_names=sig.forward_arg_names))
+        in_spec=sig.in_spec, out_spec=sig.out_spec, forward_arg_names=_torch_arg_names(sig)))
+
+
+def _torch_arg_names(sig) -> list[str] | None:
+    """torch names the positional arguments and then the keyword arguments; graphport only the former."""
+    if sig.forward_arg_names is None or sig.in_spec is None:
+        return sig.forward_arg_names
+    args, kwargs = tree_unflatten([None] * sig.in_spec.num_leaves, sig.in_spec)
+    return list(sig.forward_arg_names[:len(args)]) + [k for k in kwargs if k not in sig.forward_arg_names[:len(args)]]
