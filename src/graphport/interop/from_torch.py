@@ -42,6 +42,7 @@ def from_torch(tep: texport.ExportedProgram) -> ExportedProgram:
     if contract is not None:
         _declare(env, contract, tep)
     graph_module = _convert_module(tep.graph_module, _Values(env, symbols))
+    _functionalize_fresh_in_place(graph_module)
     call_graph = [_call_entry(e) for e in tep.module_call_graph]
     ep = ExportedProgram(
         graph_module, sig, dict(tep.state_dict),
@@ -206,6 +207,32 @@ def _convert_module(gm: fx.GraphModule, values: _Values) -> fx.GraphModule:
             root.register_module(node.target, _convert_module(attr, values)
                                  if isinstance(attr, fx.GraphModule) else attr)
     return fx.GraphModule(root, graph, class_name="GraphModule")
+
+
+def _functionalize_fresh_in_place(gm: fx.GraphModule) -> None:
+    """torch.export leaves in-place ops on tensors made in the graph (`detach_` after
+    `lift_fresh_copy` of a constant). When nothing reads the mutated tensor afterwards, the
+    functional variant computes the same values; graphport's IR requires it."""
+    for module in gm.modules():
+        if not isinstance(module, fx.GraphModule):
+            continue
+        order = {n: i for i, n in enumerate(module.graph.nodes)}
+        for node in list(module.graph.nodes):
+            target = node.target
+            if node.op != "call_function" or not isinstance(target, torch._ops.OpOverload) \
+                    or not target._schema.is_mutable:
+                continue
+            name = target._schema.name.split("::")[-1]
+            functional = getattr(getattr(torch.ops.aten, name.rstrip("_"), None), target._overloadname, None)
+            mutated = node.args[0] if node.args else None
+            later = [u for u in getattr(mutated, "users", []) if order[u] > order[node]]
+            if not name.endswith("_") or functional is None or not isinstance(mutated, fx.Node) \
+                    or mutated.op == "placeholder" or later:
+                raise UnsupportedFeatureError(
+                    f"node {node.name} ({target}) mutates {getattr(mutated, 'name', mutated)} in place, which a "
+                    "graphport program cannot state", fix="export the program with graphport.export instead")
+            node.target = functional
+        module.recompile()
 
 
 # -- signature and call graph ---------------------------------------------------------------------

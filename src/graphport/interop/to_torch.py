@@ -21,7 +21,7 @@ import torch.export.graph_signature as tsig
 import torch.fx as fx
 from torch._dynamo.source import TensorProperty, TensorPropertySource
 from torch._subclasses.fake_tensor import FakeTensorMode
-from torch.fx.experimental.symbolic_shapes import CallMethodKey, ShapeEnv, free_unbacked_symbols
+from torch.fx.experimental.symbolic_shapes import CallMethodKey, ShapeEnv, ValueRangesSLoc, free_unbacked_symbols
 from torch.utils._pytree import SequenceKey, keystr, tree_flatten, tree_flatten_with_path, tree_unflatten
 from torch.utils._sympy.functions import FloorDiv, PythonMod
 from torch._guards import GuardSource, ShapeGuard, Source
@@ -88,6 +88,7 @@ def _declare_symbols(ep: ExportedProgram, contract: ShapeContract, shape_env: Sh
         theirs = torch_symbol(sym.name)
         shape_env.add_backed_var_to_val(theirs, _hint(fact, src, flat_examples))
         shape_env.var_to_range[theirs] = range_to_torch(valid_range(fact))
+        shape_env.var_to_range_sloc[theirs] = ValueRangesSLoc(shape_env._get_sloc(), shape_env._get_sloc())
         shape_env.var_to_sources[theirs] = [source]
         shape_env.source_to_var[source.name] = theirs
         shape_env.symbol_guard_counter[theirs] = 0
