@@ -53,16 +53,18 @@ def to_torch(ep: ExportedProgram) -> texport.ExportedProgram:
     if contract is not None:
         _declare_symbols(ep, contract, shape_env, symbols, paths)
     values = _Values(shape_env, fake_mode, symbols, _program_device(ep))
-    graph_module = _convert_module(ep.graph_module, values, _root_module_entry(ep.graph_module))
+    root, graph = _convert_graph(ep.graph_module, values, _root_module_entry(ep.graph_module))
     if contract is not None:
-        _bind_computed_symbols(graph_module, contract, symbols)
-        graph_module.meta[CONTRACT_META_KEY] = contract.to_json()
+        _bind_computed_symbols(graph, root, contract, symbols)
         _add_input_guards(shape_env, contract, symbols, paths)
-    return texport.ExportedProgram(
-        root=graph_module, graph=graph_module.graph, graph_signature=_signature(ep.graph_signature),
+    tep = texport.ExportedProgram(
+        root=root, graph=graph, graph_signature=_signature(ep.graph_signature),
         state_dict=dict(ep.state_dict), range_constraints=_range_constraints(ep, contract, symbols),
         module_call_graph=[_call_entry(e) for e in ep.module_call_graph],
         example_inputs=ep.example_inputs, constants=dict(ep.constants))
+    if contract is not None:
+        tep.graph_module.meta[CONTRACT_META_KEY] = contract.to_json()
+    return tep
 
 
 # -- symbols --------------------------------------------------------------------------------------
@@ -250,8 +252,9 @@ class _Values:
         sizes = [self._size(s) for s in t.shape]
         strides = [self._size(s) for s in t.stride()]
         device = self.device if t.device.type == "meta" else t.device
-        with self.fake_mode:
-            out = torch.empty_strided(sizes, strides, dtype=t.dtype, device=device)
+        # a meta tensor wrapped as fake: the same FakeTensor the mode would make, without a dispatch
+        meta = torch.empty_strided(sizes, strides, dtype=t.dtype, device="meta")
+        out = self.fake_mode.fake_tensor_converter.from_meta_and_device(self.fake_mode, meta, device)
         return out.requires_grad_(t.requires_grad) if t.requires_grad and t.dtype.is_floating_point else out
 
 
@@ -265,9 +268,10 @@ def _root_module_entry(gm: fx.GraphModule) -> dict:
     return {}
 
 
-def _convert_module(gm: fx.GraphModule, values: _Values, root_entry: dict) -> fx.GraphModule:
-    """A copy of `gm` (and, recursively, of every GraphModule it reaches by get_attr: control-flow
-    branches and bodies) with every meta["val"] rebuilt on torch's side."""
+def _convert_graph(gm: fx.GraphModule, values: _Values, root_entry: dict) -> tuple[torch.nn.Module, fx.Graph]:
+    """A copy of `gm`'s graph (and, recursively, of every GraphModule it reaches by get_attr:
+    control-flow branches and bodies, held by the returned root) with every meta["val"] rebuilt
+    on torch's side."""
     graph = fx.Graph()
     env: dict[fx.Node, fx.Node] = {}
     root = torch.nn.Module()
@@ -280,15 +284,17 @@ def _convert_module(gm: fx.GraphModule, values: _Values, root_entry: dict) -> fx
             new.meta["nn_module_stack"] = dict(root_entry)
         if node.op == "get_attr":
             attr = getattr(gm, node.target)
-            root.register_module(node.target, _convert_module(attr, values, root_entry)
+            root.register_module(node.target, fx.GraphModule(*_convert_graph(attr, values, root_entry))
                                  if isinstance(attr, fx.GraphModule) else attr)
-    return fx.GraphModule(root, graph, class_name=type(gm).__name__)
+    return root, graph
 
 
-def _bind_computed_symbols(gm: fx.GraphModule, contract: ShapeContract, symbols: SymbolMap) -> None:
+def _bind_computed_symbols(graph: fx.Graph, root: torch.nn.Module, contract: ShapeContract,
+                           symbols: SymbolMap) -> None:
     """torch finds where a data-dependent symbol comes from in meta["unbacked_bindings"] of the
     node computing it: a path into that node's value."""
-    nodes = {n.name: n for m in gm.modules() if isinstance(m, fx.GraphModule) for n in m.graph.nodes}
+    graphs = [graph] + [m.graph for m in root.modules() if isinstance(m, fx.GraphModule)]
+    nodes = {n.name: n for g in graphs for n in g.nodes}
     for fact in contract.symbols.values():
         if not isinstance(fact.source, ComputedValue):
             continue
