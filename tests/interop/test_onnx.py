@@ -12,14 +12,16 @@ import torch.nn as nn
 import graphport as gp
 from graphport.interop import to_torch
 
-from .zoo_cases import assert_matches, eager, exported, input_sets, slow
+from .zoo_cases import NAMES, assert_matches, eager, exported, input_sets, measure, slow
 
 ort = pytest.importorskip("onnxruntime")
 pytest.importorskip("onnxscript")
 
-# Models torch's own ONNX exporter cannot take (checked by exporting the model with
-# torch.export directly and passing that program to torch.onnx.export): name -> its error.
-TORCH_ONNX_CANNOT: dict[str, str] = {}
+# Models torch's own ONNX exporter cannot take, dynamic: torch.onnx's decompositions give
+# scaled_dot_product_attention's output another memory layout than the kernel's, and the
+# `view` after the attention's transpose no longer applies. torch.export's own program of
+# the model fails the same way (checked below): name -> the error's start.
+TORCH_ONNX_CANNOT: dict[str, str] = {"swin": "Cannot view a tensor", "t5": "Cannot view a tensor"}
 
 
 def onnx_session(tep: torch.export.ExportedProgram, path) -> "ort.InferenceSession":
@@ -34,6 +36,21 @@ def run_onnx(session, args: tuple, kwargs: dict) -> list[torch.Tensor]:
     leaves = [t for t in torch.utils._pytree.tree_leaves((args, kwargs)) if isinstance(t, torch.Tensor)]
     feeds = {i.name: t.numpy() for i, t in zip(session.get_inputs(), leaves)}
     return [torch.from_numpy(o) for o in session.run(None, feeds)]
+
+
+def _root_cause(exc: BaseException) -> BaseException:
+    while exc.__cause__ is not None:
+        exc = exc.__cause__
+    return exc
+
+
+def _check_torch_onnx_fails_alike(name: str, built, tep, tmp_path) -> None:
+    args, kwargs = built.example_inputs()
+    direct = torch.export.export(built.module, args, kwargs, dynamic_shapes=measure.dynamic_spec(built, "torch"))
+    for program in (direct, tep):
+        with pytest.raises(Exception) as info:
+            onnx_session(program, tmp_path / f"{name}.onnx")
+        assert str(_root_cause(info.value)).startswith(TORCH_ONNX_CANNOT[name])
 
 
 def tensor_leaves(value) -> list[torch.Tensor]:
@@ -64,16 +81,13 @@ def test_a_dynamic_program_runs_in_onnxruntime_at_two_batch_sizes(tmp_path):
             assert_matches([model(x)], run_onnx(session, (x,), {}))
 
 
-ZOO_ONNX = ["bert", "gpt2", "llama", "t5", "vit", "resnet50", "convnext", "swin", "whisper_encoder", "wav2vec2",
-            "lstm", "mlp"]
-
-
 @slow
-@pytest.mark.parametrize("name", ZOO_ONNX)
+@pytest.mark.parametrize("name", NAMES)
 def test_zoo_dynamic_runs_in_onnxruntime_like_eager(name, tmp_path):
-    if name in TORCH_ONNX_CANNOT:
-        pytest.skip(f"torch.onnx cannot export torch.export's own program: {TORCH_ONNX_CANNOT[name]}")
     built, ep = exported(name, "dynamic")
+    if name in TORCH_ONNX_CANNOT:
+        _check_torch_onnx_fails_alike(name, built, to_torch(ep), tmp_path)
+        return
     session = onnx_session(to_torch(ep), tmp_path / f"{name}.onnx")
     symbolic = [d for i in session.get_inputs() for d in i.shape if isinstance(d, str)]
     assert symbolic, "the dynamic dims must stay symbolic in the ONNX model"
