@@ -96,3 +96,28 @@ def test_a_training_output_is_refused_with_its_kind_named():
     with pytest.raises(gp.UnsupportedFeatureError, match="LOSS_OUTPUT") as info:
         from_torch(tep)
     assert isinstance(info.value, RuntimeError) and info.value.fix
+
+
+def test_a_graph_mutating_its_input_in_place_is_refused_with_the_node_named():
+    class Doubles(nn.Module):
+        def forward(self, x):
+            return x * 2 + 1
+
+    tep = torch.export.export(Doubles(), (torch.randn(3),))
+    mul = next(n for n in tep.graph.nodes if n.target is torch.ops.aten.mul.Tensor)
+    mul.target = torch.ops.aten.mul_.Tensor        # now writes into the user input x
+    with pytest.raises(gp.UnsupportedFeatureError, match="mul.*mutates x in place"):
+        from_torch(tep)
+
+
+def test_a_size_function_with_no_counterpart_is_refused():
+    import sympy
+    from graphport.interop.symbols import SymbolMap
+    from graphport.shapes.contract import size_symbol
+
+    weird = sympy.Function("weird")(size_symbol("s0"))
+    symbols = SymbolMap()
+    with pytest.raises(gp.UnsupportedFeatureError, match="weird"):
+        symbols.from_torch(weird)
+    with pytest.raises(gp.UnsupportedFeatureError, match="not in the program's shape contract"):
+        symbols.to_torch(size_symbol("s0") + 1)
