@@ -121,3 +121,23 @@ def test_a_size_function_with_no_counterpart_is_refused():
         symbols.from_torch(weird)
     with pytest.raises(gp.UnsupportedFeatureError, match="not in the program's shape contract"):
         symbols.to_torch(size_symbol("s0") + 1)
+
+
+def test_data_dependent_sizes_keep_their_symbols_and_bindings_both_ways():
+    class NonZero(nn.Module):
+        def forward(self, x):
+            n = (x > 0).sum().item()
+            torch._check(n >= 0)
+            return torch.nonzero(x).float().sum(0), torch.zeros(n)
+
+    x = torch.tensor([1.0, 0.0, 2.0, -1.0])
+    ep = from_torch(torch.export.export(NonZero(), (x,)))
+    computed = {f.symbol.name for f in ep.shape_contract.symbols.values() if not hasattr(f.source, "index")}
+    assert computed == {"u0", "u1"}
+    tep = to_torch(ep)
+    bound = {str(s) for n in tep.graph.nodes for s in n.meta.get("unbacked_bindings", {})}
+    assert bound == {"u0", "u1"}
+    for value in (x, torch.tensor([3.0, 4.0, 0.0, 5.0])):
+        expected, actual = NonZero()(value), tep.module()(value)
+        torch.testing.assert_close(actual, expected)
+    assert str(from_torch(tep)) == str(ep)
