@@ -79,6 +79,9 @@ def valid_range(fact: SymbolFact) -> ValueRange:
 
 def _declare_symbols(ep: ExportedProgram, contract: ShapeContract, shape_env: ShapeEnv, symbols: SymbolMap,
                      paths: list[str]) -> None:
+    """Enter each contract symbol in torch's ShapeEnv under its own name. ShapeEnv.create_symbol
+    would name it after a hash of its source; torch reads the tables filled here (value, range,
+    source) and nothing else about an input symbol."""
     flat_examples = tree_flatten(ep.example_inputs)[0] if ep.example_inputs is not None else None
     computed = []
     for sym, fact in contract.symbols.items():
