@@ -37,18 +37,19 @@ def from_torch(tep: texport.ExportedProgram) -> ExportedProgram:
     user_inputs = [s.arg.name for s in sig.input_specs if s.kind is gsig.InputKind.USER_INPUT]
     placeholders = {n.name: n for n in tep.graph.nodes if n.op == "placeholder"}
     symbols = SymbolMap()
-    contract = _contract(tep, [placeholders[name].meta.get("val") for name in user_inputs], symbols)
+    call_graph = [_call_entry(e) for e in tep.module_call_graph]
+    paths = _input_paths(call_graph[0].signature, len(user_inputs)) or user_inputs
+    contract = _contract(tep, [placeholders[name].meta.get("val") for name in user_inputs], paths, symbols)
     env = ShapeEnv()
     if contract is not None:
         _declare(env, contract, tep)
     graph_module = _convert_module(tep.graph_module, _Values(env, symbols))
     _functionalize_fresh_in_place(graph_module)
-    call_graph = [_call_entry(e) for e in tep.module_call_graph]
     ep = ExportedProgram(
         graph_module, sig, dict(tep.state_dict),
         range_constraints=contract.range_constraints() if contract is not None else {},
         module_call_graph=call_graph, example_inputs=tep.example_inputs, constants=dict(tep.constants),
-        input_paths=_input_paths(call_graph[0].signature, len(user_inputs)) or user_inputs,
+        input_paths=paths,
         shape_contract=contract)
     verify(ep)
     return ep
@@ -56,7 +57,8 @@ def from_torch(tep: texport.ExportedProgram) -> ExportedProgram:
 
 # -- the shape contract ---------------------------------------------------------------------------
 
-def _contract(tep: texport.ExportedProgram, user_vals: list, symbols: SymbolMap) -> ShapeContract | None:
+def _contract(tep: texport.ExportedProgram, user_vals: list, paths: list[str],
+              symbols: SymbolMap) -> ShapeContract | None:
     dims = []
     for i, val in enumerate(user_vals):
         if isinstance(val, torch.Tensor):
@@ -80,7 +82,9 @@ def _contract(tep: texport.ExportedProgram, user_vals: list, symbols: SymbolMap)
             if sym in facts:
                 continue
             source = _solve(expr, sym, i, d)
-            facts[sym] = SymbolFact(sym, sym.name, ranges.get(sym) or _torch_range(shape_env, sym), source)
+            # torch keeps no Dim names: the symbol is named by the input dimension it is read from
+            facts[sym] = SymbolFact(sym, f"{paths[i]}.size({d})", ranges.get(sym) or _torch_range(shape_env, sym),
+                                    source)
     for theirs, node in computed.items():
         sym = size_symbol(theirs.name)
         facts[sym] = SymbolFact(sym, sym.name, ranges.get(sym) or _torch_range(shape_env, sym), ComputedValue(node))
