@@ -58,7 +58,9 @@ def _pow_to_torch(base, exp):
 
 _TO_TORCH = {
     sympy.Add: sympy.Add, sympy.Mul: sympy.Mul, sympy.Pow: _pow_to_torch,
-    FloorDiv: tfn.FloorDiv, Mod: tfn.PythonMod, sympy.Max: tfn.Max, sympy.Min: tfn.Min,
+    # unevaluated: torch would fold (s//2)//2 into s//4, equal but printed otherwise on the way back
+    FloorDiv: lambda a, b: tfn.FloorDiv(a, b, evaluate=False), Mod: lambda a, b: tfn.PythonMod(a, b, evaluate=False),
+    sympy.Max: tfn.Max, sympy.Min: tfn.Min,
     # unevaluated: torch's size symbols are positive, ours nonnegative; `Ne(s0, 0)` must stay a check
     **{r: (lambda r: lambda a, b: r(a, b, evaluate=False))(r) for r in _RELATIONS}, **{op: op for op in _LOGIC},
 }
