@@ -199,6 +199,8 @@ def _convert_module(gm: fx.GraphModule, values: _Values) -> fx.GraphModule:
     root = torch.nn.Module()
     for node in gm.graph.nodes:
         new = graph.node_copy(node, lambda n: env[n])
+        if new.name != node.name and node.op == "placeholder":
+            new.name = node.name   # fx avoids builtins (`input` -> `input_1`); programs keep the argument's name
         env[node] = new
         new.meta.pop("unbacked_bindings", None)
         if "val" in node.meta:

@@ -280,6 +280,8 @@ def _convert_graph(gm: fx.GraphModule, values: _Values, root_entry: dict) -> tup
     root = torch.nn.Module()
     for node in gm.graph.nodes:
         new = graph.node_copy(node, lambda n: env[n])
+        if new.name != node.name and node.op == "placeholder":
+            new.name = node.name   # fx avoids builtins (`input` -> `input_1`); programs keep the argument's name
         env[node] = new
         if "val" in node.meta:
             new.meta["val"] = values.convert(node.meta["val"])
