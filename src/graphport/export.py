@@ -78,7 +78,8 @@ def export(mod: torch.nn.Module | Callable, args: tuple, kwargs: dict | None = N
     for note in [] if shapes is None else shapes.specialized:
         warnings.warn(f"graphport: {note}", stacklevel=2)
     call_graph = [ModuleCallEntry("", ModuleCallSignature([], [], captured.in_spec, captured.out_spec,
-                                                          captured.forward_arg_names))]
+                                                          captured.forward_arg_names,
+                                                          _keywords_by_name(fn, kwargs)))]
     if root is not None:
         call_graph += _submodule_entries(root, captured.boundaries)
     ep = ExportedProgram(
@@ -150,6 +151,17 @@ def _shape_contract(shapes: InputShapes, captured: Captured, trace: Callable) ->
             what = "narrows Dim.AUTO's range" if shapes.kinds.get(sym) == "auto" else "is refused at call time"
             shapes.specialized.append(f"{shapes.env.symbols[sym].dim_name} < {lowest} {what}: {reason}")
     return build_contract(shapes, kept, valid_from, report.exclusions)
+
+
+def _keywords_by_name(fn: Callable, kwargs: dict) -> bool:
+    """Whether every keyword argument binds a named parameter of `fn` (then their order at a
+    call cannot change what the program computes; a **kwargs dict's order can)."""
+    try:
+        params = inspect.signature(fn.forward if isinstance(fn, torch.nn.Module) else fn).parameters.values()
+    except (TypeError, ValueError):
+        return False
+    named = {p.name for p in params if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)}
+    return all(k in named for k in kwargs)
 
 
 def _resolve(mod) -> tuple[Callable, torch.nn.Module | None]:

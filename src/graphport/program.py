@@ -20,6 +20,9 @@ class ModuleCallSignature:
     in_spec: Any = None          # pytree TreeSpec of (args, kwargs)
     out_spec: Any = None         # pytree TreeSpec of the outputs
     forward_arg_names: list[str] | None = None
+    # every keyword argument binds a named parameter (none lands in **kwargs, whose order the
+    # program could observe): callers may pass them in any order
+    keywords_by_name: bool = False
 
 
 @dataclass

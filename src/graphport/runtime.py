@@ -195,11 +195,12 @@ class ExportedModule(fx.GraphModule):
 
     def _leaves(self, args: tuple, kwargs: dict) -> tuple[list[Any], bool]:
         """(leaves, whether the call had the export's exact structure); refuses other structures.
-        Dicts (keyword arguments included) are matched by key, in any order."""
+        Keyword arguments that bind named parameters match by name, in any order."""
         flat, spec = pytree.tree_flatten((args, kwargs))
         if spec == self._in_spec:
             return flat, True
-        flat, spec = pytree.tree_flatten(_keys_in_order((args, kwargs), self._in_spec))
+        if self._ep.call_spec.keywords_by_name:
+            flat, spec = pytree.tree_flatten((args, _keys_in_order(kwargs, self._in_spec.child(1))))
         if spec != self._in_spec:
             where, what = _first_difference(self._in_spec, spec, self._ep.call_spec.forward_arg_names or [])
             raise InputStructureError(
@@ -407,17 +408,13 @@ def _unlifted_graph(ep) -> fx.Graph:
     return graph
 
 
-def _keys_in_order(tree: Any, spec: pytree.TreeSpec) -> Any:
-    """`tree` with every plain dict that has the keys `spec` expects reordered as the spec
-    orders them: inputs are matched by key, as torch.export's module matches them."""
-    if spec.is_leaf():
-        return tree
-    if spec.type is dict and type(tree) is dict and set(tree) == set(spec.context) \
-            and len(spec.context) == spec.num_children:
-        return {k: _keys_in_order(tree[k], spec.child(i)) for i, k in enumerate(spec.context)}
-    if spec.type in (tuple, list) and type(tree) is spec.type and len(tree) == spec.num_children:
-        return spec.type(_keys_in_order(t, spec.child(i)) for i, t in enumerate(tree))
-    return tree
+def _keys_in_order(kwargs: dict, spec: pytree.TreeSpec) -> dict:
+    """The keyword arguments in the order of the export, when they are the same names: each
+    binds a named parameter, so the order they come in changes nothing. Dict inputs are not
+    reordered: a program may iterate over a dict, and then its order is part of the input."""
+    if set(kwargs) == set(spec.context) and len(spec.context) == spec.num_children:
+        return {k: kwargs[k] for k in spec.context}
+    return kwargs
 
 
 def _first_difference(expected: pytree.TreeSpec, got: pytree.TreeSpec, arg_names: list[str]) -> tuple[str, str]:

@@ -1,4 +1,4 @@
-"""Calling `ep.module()` as torch.export users do: keywords and dict keys in any order, a
+"""Calling `ep.module()` as torch.export users do: keyword arguments in any order, a
 torch.fx.GraphModule with the program's parameters and signature, gradients as in eager,
 placeholder names as torch's. Each behaviour runs the same user code against both
 exporters (torch.export only as the oracle)."""
@@ -62,13 +62,29 @@ def test_keyword_arguments_in_any_order(ex):
     torch.testing.assert_close(m(x, y=y, z=z), x * y - z)
 
 
-def test_dict_inputs_with_keys_in_any_order():
-    """graphport matches dict inputs by key (torch.export's module refuses another order)."""
-    d = {"a": torch.randn(2), "b": torch.randn(2), "c": [torch.randn(2), torch.randn(2)]}
-    m = gp.export(Nested(), (d,)).module()
-    shuffled = {"c": d["c"], "b": d["b"], "a": d["a"]}
-    for got, want in zip(m(shuffled), Nested()(d)):
-        torch.testing.assert_close(got, want)
+def test_dict_inputs_in_another_key_order_are_refused():
+    """A program may iterate over a dict input, so its key order is part of the input: a
+    call with the keys in another order is refused, never answered in the export's order
+    (torch.export 2.13's module accepts it and returns the export-order concatenation)."""
+    class Concat(torch.nn.Module):
+        def forward(self, d):
+            return torch.cat(list(d.values()))
+    a, b = torch.ones(1), torch.zeros(1)
+    m = gp.export(Concat(), ({"a": a, "b": b},)).module()
+    torch.testing.assert_close(m({"a": a, "b": b}), Concat()({"a": a, "b": b}))
+    with pytest.raises(gp.InputStructureError):
+        m({"b": b, "a": a})
+
+
+def test_keywords_gathered_by_var_keyword_keep_their_order():
+    """`**kwargs` is a dict the program can iterate: its order is part of the input too."""
+    def gather(x, **extra):
+        return torch.cat([x, *extra.values()])
+    x, y, z = torch.ones(1), torch.zeros(1), torch.full((1,), 2.0)
+    m = gp.export(gather, (x,), {"y": y, "z": z}).module()
+    torch.testing.assert_close(m(x, y=y, z=z), gather(x, y=y, z=z))
+    with pytest.raises(gp.InputStructureError):
+        m(x, z=z, y=y)
 
 
 def test_dict_with_other_keys_still_refused(ex):

@@ -27,7 +27,7 @@ from ..shapes.env import ShapeEnv, SymbolInfo
 from ..shapes.expr import ValueRange
 from ..shapes.node import SymNode
 from .symbols import SymbolMap, range_from_torch
-from .to_torch import CONTRACT_META_KEY
+from .to_torch import CONTRACT_META_KEY, KEYWORDS_META_KEY
 
 
 def from_torch(tep: texport.ExportedProgram) -> ExportedProgram:
@@ -38,6 +38,8 @@ def from_torch(tep: texport.ExportedProgram) -> ExportedProgram:
     placeholders = {n.name: n for n in tep.graph.nodes if n.op == "placeholder"}
     symbols = SymbolMap()
     call_graph = [_call_entry(e) for e in tep.module_call_graph]
+    if tep.graph_module.meta.get(KEYWORDS_META_KEY) is True and call_graph[0].signature is not None:
+        call_graph[0].signature.keywords_by_name = True
     paths = _input_paths(call_graph[0].signature, len(user_inputs)) or user_inputs
     contract = _contract(tep, [placeholders[name].meta.get("val") for name in user_inputs], paths, symbols)
     env = ShapeEnv()

@@ -34,6 +34,7 @@ from ..shapes.expr import INF, ValueRange
 from .symbols import SymbolMap, range_to_torch, torch_symbol
 
 CONTRACT_META_KEY = "graphport_shape_contract"   # graph_module.meta: our contract, for from_torch
+KEYWORDS_META_KEY = "graphport_keywords_by_name"  # graph_module.meta: keyword arguments may come in any order
 
 
 def to_torch(ep: ExportedProgram) -> texport.ExportedProgram:
@@ -64,6 +65,8 @@ def to_torch(ep: ExportedProgram) -> texport.ExportedProgram:
         example_inputs=ep.example_inputs, constants=dict(ep.constants))
     if contract is not None:
         tep.graph_module.meta[CONTRACT_META_KEY] = contract.to_json()
+    if ep.call_spec.keywords_by_name:
+        tep.graph_module.meta[KEYWORDS_META_KEY] = True
     return tep
 
 

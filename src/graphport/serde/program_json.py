@@ -108,6 +108,8 @@ def _call_entry(e: ModuleCallEntry) -> dict:
         "in_spec": treespec_to_json(sig.in_spec) if sig.in_spec is not None else None,
         "out_spec": treespec_to_json(sig.out_spec) if sig.out_spec is not None else None,
         "forward_arg_names": sig.forward_arg_names}}
+    if sig is not None and sig.keywords_by_name:   # written only where set: absent means "keep the order"
+        entry["signature"]["keywords_by_name"] = True
     if e.alias_of is not None:   # written only where set, so archives without shared modules are unchanged
         entry["alias_of"] = e.alias_of
     return entry
@@ -274,7 +276,8 @@ def _call_entry_from(data: Any) -> ModuleCallEntry:
     return ModuleCallEntry(data["fqn"], ModuleCallSignature(
         [_argument_from(a) for a in sig["inputs"]], [_argument_from(a) for a in sig["outputs"]],
         treespec_from_json(sig["in_spec"]) if sig.get("in_spec") is not None else None,
-        treespec_from_json(sig["out_spec"]) if sig.get("out_spec") is not None else None, names), alias_of)
+        treespec_from_json(sig["out_spec"]) if sig.get("out_spec") is not None else None, names,
+        sig.get("keywords_by_name") is True), alias_of)
 
 
 def _examples_from(data: Any, binder: TensorBinder):
