@@ -286,24 +286,6 @@ def failed_check(error: RuntimeError) -> RuntimeCheckError | None:
             "call if the data can legitimately break it")
 
 
-def failed_check(error: RuntimeError) -> RuntimeCheckError | None:
-    """A failed runtime assertion of the program's own (capture/data_dependent.py), as a
-    graphport error naming the check and the line that stated it."""
-    text = str(error)
-    start = text.find(ASSERT_PREFIX)
-    if start < 0:
-        return None
-    message = text[start:].splitlines()[0]
-    check, _, where = message.partition(" (stated at ")
-    return RuntimeCheckError(
-        f"the inputs break a check on a data-dependent value, stated by the program (torch._check) or needed by "
-        f"an operator there: {check.strip()}"
-        + (f", stated at {where.rstrip(')')}" if where else ""),
-        find_location=False,
-        fix="pass inputs for which the stated check holds, or correct the torch._check / torch._constrain_as_size "
-            "call if the data can legitimately break it")
-
-
 def check_shapes(contract, flat: list, paths: list[str]) -> None:
     """Dynamic dims: each symbol in its range and at a size the capture holds for, every dim
     equal to its expression, every relation true."""
