@@ -37,7 +37,8 @@ def assert_same_program(ep, again) -> None:
 
 
 def named_state(model: torch.nn.Module) -> set[str]:
-    """Parameter and buffer names, each tensor once (a tied weight under its first name)."""
+    """Parameter and buffer names, each tensor once (a tied weight under its first name, as
+    named_parameters() lists it)."""
     return {n for n, _ in model.named_parameters()} | {n for n, _ in model.named_buffers()}
 
 

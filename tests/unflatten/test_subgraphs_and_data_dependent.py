@@ -1,4 +1,5 @@
-"""A cond inside a submodule and a data-dependent size inside another unflatten like any call."""
+"""Unflattening what other stages add: a cond inside a submodule, a data-dependent size inside
+another, a weight tied between two modules."""
 from __future__ import annotations
 
 import pytest
@@ -43,3 +44,22 @@ def test_cond_and_item_inside_submodules_unflatten_and_match_eager():
             torch.testing.assert_close(unflat(x, torch.tensor(k)), model(x, torch.tensor(k)))
     with pytest.raises(RuntimeError):  # the stated check still holds
         unflat(torch.rand(6, 4), torch.tensor(7))
+
+
+class Tied(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.embed, self.head = torch.nn.Embedding(10, 4), torch.nn.Linear(4, 10, bias=False)
+        self.head.weight = self.embed.weight
+
+    def forward(self, ids):
+        return self.head(self.embed(ids))
+
+
+def test_a_tied_weight_is_one_tensor_under_both_names():
+    model = Tied()
+    unflat = gp.unflatten(gp.export(model, (torch.tensor([[1, 2, 3]]),)))
+    assert unflat.state_dict().keys() == model.state_dict().keys()
+    assert unflat.head.weight is unflat.embed.weight
+    ids = torch.tensor([[4, 5, 9]])
+    torch.testing.assert_close(unflat(ids), model(ids))

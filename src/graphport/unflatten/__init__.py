@@ -149,6 +149,16 @@ def _state(root: UnflattenedModule, ep) -> None:
         else:
             setattr(owner, name, ep.constants[spec.target])
             owner.__dict__.setdefault("_gp_constants", []).append(name)
+    lifted = {spec.target for spec in ep.graph_signature.input_specs}
+    for fqn, value in ep.state_dict.items():   # a tied tensor's other names: the same tensor there too
+        if fqn in lifted:
+            continue
+        owner_fqn, _, name = fqn.rpartition(".")
+        owner = root.get_submodule(owner_fqn)
+        if isinstance(value, torch.nn.Parameter):
+            owner.register_parameter(name, value)
+        else:
+            owner.register_buffer(name, value)
 
 
 def _keys(tree: CallTree, graphs: dict[Call, fx.Graph]) -> dict[Call, str]:
