@@ -21,10 +21,15 @@ def assert_same_outputs(a, b) -> None:
     assert sa == sb
     for x, y in zip(la, lb):
         if isinstance(x, torch.Tensor):
-            assert x.dtype == y.dtype and x.shape == y.shape
-            assert torch.equal(x.view(torch.uint8) if x.numel() else x, y.view(torch.uint8) if y.numel() else y)
+            assert x.dtype == y.dtype and x.shape == y.shape and x.stride() == y.stride()
+            assert torch.equal(_bytes(x), _bytes(y))
         else:
             assert x == y
+
+
+def _bytes(t: torch.Tensor) -> torch.Tensor:
+    """The tensor's values as raw bytes: bit for bit, NaNs and signed zeros included."""
+    return t.contiguous().view(torch.uint8) if t.numel() else t
 
 
 def round_trip(ep, tmp_path, *inputs: tuple) -> gp.ExportedProgram:
