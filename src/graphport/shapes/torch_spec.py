@@ -1,9 +1,9 @@
 """Specs written with torch.export's own objects, read as the equivalent graphport spec.
 
 Code that mixes both imports, and torch's ExportDB cases, build `dynamic_shapes` with
-`torch.export.Dim`, derived torch dims and `Dim.AUTO`/`DYNAMIC`/`STATIC`. graphport may not
-import torch.export, so the objects are recognised by their class name and module and read
-through the attributes torch documents (`__name__`, `min`, `max`, `root`, `fn`, `type`).
+`torch.export.Dim`, derived torch dims and `Dim.AUTO`/`DYNAMIC`/`STATIC`. The package may
+not depend on torch.export, so the objects are recognised by their class name and module and
+read through the attributes torch documents (`__name__`, `min`, `max`, `root`, `fn`, `type`).
 """
 from __future__ import annotations
 
