@@ -40,6 +40,12 @@ def expr_to_json(e: sympy.Basic) -> list:
         if e is atom:   # sympy's singletons
             return [name]
     if isinstance(e, sympy.Symbol):
+        if e.name.startswith("u"):   # data-dependent symbols: load could not rebind them to their nodes
+            raise ArtifactError(
+                f"cannot save the program: it has a data-dependent size ({e.name}, from .item(), nonzero, a "
+                "boolean mask or the like), which the artifact format cannot hold yet",
+                fix="keep the program in memory (ep.module()), or convert it with graphport.interop.to_torch "
+                    "and save that with torch.export.save")
         if e != size_symbol(e.name):
             raise ArtifactError(f"cannot save the size symbol {e.name}: it is not one of graphport's size symbols")
         return ["sym", e.name]
