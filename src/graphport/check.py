@@ -154,6 +154,8 @@ class _Checker:
 
     def _example_value(self, fact) -> int:
         src = fact.source
+        if src.dim is None:   # a dynamic int input
+            return self.flat[src.index]
         return (int(self.flat[src.index].shape[src.dim]) - src.offset) // src.coeff
 
     def _drawn_bounds(self, fact) -> tuple[int, int]:
@@ -233,6 +235,8 @@ class _Checker:
             shapes[i][d] = int(_at(expr, sizes))
         for s, fact in self.facts.items():   # a symbol's own dim, even if it is outside the contract
             src = fact.source
+            if src.dim is None:
+                continue
             shapes[src.index][src.dim] = src.coeff * sizes[s] + src.offset
         if bump is not None:
             shapes[bump[0]][bump[1]] += 1
@@ -243,9 +247,10 @@ class _Checker:
         (token ids stay valid indices), booleans random, non-tensors as in the example."""
         gen = torch.Generator().manual_seed(seed)
         leaves = []
-        for x, shape in zip(self.flat, self._shapes(sizes, bump)):
+        ints = {f.source.index: sizes[s] for s, f in self.facts.items() if f.source.dim is None and s in sizes}
+        for i, (x, shape) in enumerate(zip(self.flat, self._shapes(sizes, bump))):
             if not isinstance(x, torch.Tensor):
-                leaves.append(x)
+                leaves.append(ints.get(i, x))   # a dynamic int takes its drawn value
             elif x.dtype == torch.bool:
                 leaves.append(torch.randint(0, 2, shape, generator=gen).bool())
             elif x.dtype.is_floating_point or x.dtype.is_complex:

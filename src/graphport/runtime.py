@@ -23,7 +23,7 @@ from .errors import InputGuardError, InputStructureError, RuntimeCheckError
 from .passes.metadata import plain_values
 from .shapes.contract import ComputedValue
 from .shapes.unbacked import ASSERT_PREFIX
-from .signature import ConstantArgument, InputKind, OutputKind
+from .signature import ConstantArgument, InputKind, OutputKind, SymIntArgument
 
 pytree = _torch.pytree
 
@@ -231,6 +231,9 @@ class ExportedModule(fx.GraphModule):
         for i, (leaf, spec_) in enumerate(zip(flat, self._user_inputs)):
             path = self._paths[i] if i < len(self._paths) else spec_.arg.name
             expected = self._placeholder_vals[spec_.arg.name]
+            if isinstance(spec_.arg, SymIntArgument):
+                _int_value(leaf, path)   # its range and relations: check_shapes
+                continue
             if isinstance(spec_.arg, ConstantArgument):
                 if type(leaf) is not type(expected) or leaf != expected:
                     raise InputGuardError(
@@ -295,8 +298,10 @@ def check_shapes(contract, flat: list, paths: list[str]) -> None:
         src = fact.source
         if isinstance(src, ComputedValue):
             continue   # a data-dependent value: the graph's own assertions check it
-        size = int(flat[src.index].shape[src.dim])
-        at = f"{paths[src.index]}.shape[{src.dim}]"
+        if src.dim is None:   # a dynamic int input is the symbol's value
+            size, at = _int_value(flat[src.index], paths[src.index]), paths[src.index]
+        else:
+            size, at = int(flat[src.index].shape[src.dim]), f"{paths[src.index]}.shape[{src.dim}]"
         if (size - src.offset) % src.coeff:
             readable = src.coeff * sympy.Symbol(fact.name) + src.offset
             raise InputGuardError(
@@ -305,10 +310,12 @@ def check_shapes(contract, flat: list, paths: list[str]) -> None:
         values[sym] = value = (size - src.offset) // src.coeff
         where[sym] = at if (src.coeff, src.offset) == (1, 0) else f"{at} = {src.coeff * sympy.Symbol(fact.name) + src.offset}"
         if not fact.range.contains(value):
+            what, wider = (("dimension", f"Dim('{fact.name}')") if src.dim is not None
+                           else ("the dynamic int", "Dim.DYNAMIC(min=..., max=...)"))
             raise InputGuardError(
-                f"input {where[sym]} is {value}, outside the range {fact.range} of dimension {fact.name} the program "
+                f"input {where[sym]} is {value}, outside the range {fact.range} of {what} {fact.name} the program "
                 f"was exported for", fix=f"pass {where[sym]} within {fact.range}, or export again with a wider "
-                                         f"Dim('{fact.name}')")
+                                         f"{wider}")
         if fact.valid_from is not None and value < fact.valid_from:
             site = f" at {fact.assumed_at}" if fact.assumed_at else ""
             raise InputGuardError(
@@ -338,6 +345,15 @@ def check_shapes(contract, flat: list, paths: list[str]) -> None:
             raise InputGuardError(f"the inputs' sizes {shown} break the program's shape relation {readable}{site}",
                                   fix="pass sizes that satisfy the relation, or export with examples that take "
                                       "the path you need")
+
+
+def _int_value(leaf: Any, path: str) -> int:
+    """A dynamic int input's value; anything but an int is refused (a float or a bool would
+    compute something else than the captured integer arithmetic)."""
+    if type(leaf) is not int:
+        raise InputGuardError(f"input {path} is {leaf!r}, but the program was exported with {path} a dynamic int",
+                              fix=f"pass an int for {path}")
+    return leaf
 
 
 def _check_call(module: ExportedModule, args: tuple, kwargs: dict) -> None:

@@ -13,7 +13,7 @@ from ..errors import UnsupportedInputError
 from ..pytree import key_to_str, leaf_name, path_to_str
 from ..shapes.node import symint
 from ..shapes.spec import InputShapes
-from ..signature import ConstantArgument, InputKind, InputSpec, TensorArgument
+from ..signature import ConstantArgument, InputKind, InputSpec, SymIntArgument, TensorArgument
 from .recorder import Recorder
 
 pytree = _torch.pytree
@@ -30,7 +30,7 @@ class UserInputs:
     in_spec: Any                           # pytree spec of (args, kwargs)
     paths: list[str]                       # printable path of each flat input (`x['a'][0]`)
     aliases: dict[int, int] = field(default_factory=dict)   # flat index -> earlier index it must be
-    nodes: dict[int, Any] = field(default_factory=dict)     # flat index -> placeholder of a tensor input
+    nodes: dict[int, Any] = field(default_factory=dict)     # flat index -> placeholder of a tensor or SymInt input
 
 
 def trace_inputs(rec: Recorder, args: tuple, kwargs: dict, arg_names: list[str],
@@ -58,6 +58,12 @@ def trace_inputs(rec: Recorder, args: tuple, kwargs: dict, arg_names: list[str],
                 tracer = leaves[first]
             leaves.append(tracer)
             specs.append(InputSpec(InputKind.USER_INPUT, TensorArgument(nodes[i].name)))
+        elif shapes is not None and i in shapes.scalars:
+            # a dynamic int: a SymInt placeholder, its uses computed from it at run time
+            value = symint(shapes.scalars[i], shapes.env)
+            nodes[i] = rec.placeholder(name, value)
+            leaves.append(value)
+            specs.append(InputSpec(InputKind.USER_INPUT, SymIntArgument(nodes[i].name)))
         elif isinstance(leaf, SCALAR_TYPES):
             node = rec.placeholder(name, leaf)
             leaves.append(leaf)

@@ -69,8 +69,8 @@ class SizeValues:
             raise InternalError(f"the data-dependent value {expr} is used where its node is not visible")
         if expr.is_Symbol:
             info = self.env.symbols[expr]
-            i, d = info.source
-            node = emit(aten.sym_size.int, (self.input_nodes[i], d), {})
+            i, d = info.source   # d is None for a dynamic int input: the placeholder is the value
+            node = self.input_nodes[i] if d is None else emit(aten.sym_size.int, (self.input_nodes[i], d), {})
             coeff, offset = info.source_affine   # that dim is coeff * symbol + offset
             if offset:
                 node = emit(operator.sub, (node, offset), {})

@@ -92,7 +92,8 @@ def _declare_symbols(ep: ExportedProgram, contract: ShapeContract, shape_env: Sh
             computed.append(fact)
             continue
         src = fact.source
-        source = TensorPropertySource(_InputSource(paths[src.index]), TensorProperty.SIZE, src.dim)
+        source = (_InputSource(paths[src.index]) if src.dim is None   # a dynamic int: the input itself
+                  else TensorPropertySource(_InputSource(paths[src.index]), TensorProperty.SIZE, src.dim))
         theirs = torch_symbol(sym.name)
         shape_env.add_backed_var_to_val(theirs, _hint(fact, src, flat_examples))
         shape_env.var_to_range[theirs] = range_to_torch(valid_range(fact))
@@ -117,6 +118,8 @@ def _index(sym: sympy.Symbol) -> int:
 
 def _hint(fact: SymbolFact, src: InputDimension, flat_examples: list | None) -> int:
     """The symbol's value in the example inputs; without them, a size inside its valid range."""
+    if flat_examples is not None and src.index < len(flat_examples) and src.dim is None:
+        return flat_examples[src.index]
     if flat_examples is not None and src.index < len(flat_examples) and isinstance(flat_examples[src.index],
                                                                                   torch.Tensor):
         value = (int(flat_examples[src.index].shape[src.dim]) - src.offset) // src.coeff
@@ -185,7 +188,9 @@ def _add_input_guards(shape_env: ShapeEnv, contract: ShapeContract, symbols: Sym
         if not isinstance(fact.source, InputDimension):
             continue
         src, theirs = fact.source, symbols.to_torch_symbols[sym]
-        if (src.coeff, src.offset) == (1, 0):
+        if src.dim is None:
+            value[theirs] = theirs
+        elif (src.coeff, src.offset) == (1, 0):
             by_dim[src.index, src.dim] = value[theirs] = theirs
         else:
             dim = size(src.index, src.dim)

@@ -183,9 +183,11 @@ def pin(shapes: InputShapes, pins: dict[sympy.Symbol, int]) -> InputShapes:
     for sym, info in shapes.env.symbols.items():
         if sym not in pins:
             env.symbols[sym] = replace(info)
+    env.exact = shapes.env.exact - pins.keys()
     sizes = {i: [_pinned_size(s, pins) for s in dims] for i, dims in shapes.sizes.items()}
     return InputShapes(env, sizes, {s: d for s, d in shapes.dims.items() if s not in pins},
-                       {s: k for s, k in shapes.kinds.items() if s not in pins})
+                       {s: k for s, k in shapes.kinds.items() if s not in pins},
+                       scalars={i: _pinned_size(s, pins) for i, s in shapes.scalars.items()})
 
 
 def _pinned_size(size, pins):

@@ -244,9 +244,11 @@ def env_from_json(data: Any) -> ShapeEnv:
         sym = size_symbol(name)
         if sym in env.symbols:
             raise ArtifactError(f"the size symbol {name} is defined twice")
-        source, affine = _int_pair(entry.get("source")), _int_pair(entry.get("affine"))
+        source, affine = _source(entry.get("source")), _int_pair(entry.get("affine"))
         env.symbols[sym] = SymbolInfo(sym, entry["hint"], range_from_json(entry.get("range")),
                                       str(entry.get("name", name)), source, bool(entry.get("auto", False)), affine)
+        if source[1] is None:   # a dynamic int: never assumed >= 2 (shapes/spec.py)
+            env.exact.add(sym)
     for pair in _list(data.get("replacements")):
         sym, expr = _symbol_of(pair, env), expr_from_json(pair[1])
         env.replacements[sym] = expr
@@ -268,6 +270,13 @@ def _int_pair(value: Any) -> tuple[int, int]:
     if not isinstance(value, list) or len(value) != 2 or not all(type(v) is int for v in value):
         raise ArtifactError(f"expected a pair of integers, found {_short(value)}")
     return value[0], value[1]
+
+
+def _source(value: Any) -> tuple[int, int | None]:
+    """(flat input, dimension) a symbol is read from; dimension null for a dynamic int input."""
+    if isinstance(value, list) and len(value) == 2 and type(value[0]) is int and value[1] is None:
+        return value[0], None
+    return _int_pair(value)
 
 
 def _symbol_of(pair: Any, env: ShapeEnv) -> sympy.Symbol:

@@ -22,9 +22,10 @@ from .expr import INF, FloorDiv, Mod, ValueRange, bounds
 
 @dataclass(frozen=True)
 class InputDimension:
-    """A symbol read from `flat input[index].shape[dim] == coeff * symbol + offset`."""
+    """A symbol read from `flat input[index].shape[dim] == coeff * symbol + offset`, or (dim
+    None) the value of a dynamic int input."""
     index: int
-    dim: int
+    dim: int | None
     coeff: int = 1
     offset: int = 0
 
@@ -80,7 +81,7 @@ class ShapeContract:
                 lo, hi = bounds(expr, ranges)
                 out.setdefault(expr, ValueRange(max(lo, 0), hi))
         for sym, fact in self.symbols.items():
-            if isinstance(fact.source, ComputedValue):
+            if isinstance(fact.source, ComputedValue) or fact.source.dim is None:   # data-dependent, or a dynamic int
                 out.setdefault(sym, fact.range)
         return out
 

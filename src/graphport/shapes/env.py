@@ -59,6 +59,7 @@ class ShapeEnv:
     # answers by the ranges they were settled from: valid in any env (see share_caches)
     _by_ranges: dict = field(default_factory=dict)
     unbacked: Unbacked = field(default_factory=Unbacked)   # data-dependent symbols (shapes/unbacked.py)
+    exact: set = field(default_factory=set)   # symbols never assumed >= 1 or 2 (dynamic ints: 0 and 1 are ordinary)
 
     def share_caches(self, other: "ShapeEnv") -> None:
         """Reuse `other`'s caches of pure answers (a re-trace of the same program: most of
@@ -95,7 +96,8 @@ class ShapeEnv:
 
     def _assuming(self, least: int) -> dict[sympy.Symbol, ValueRange]:
         # data-dependent symbols keep their ranges: no trace at a small size can prove them
-        return {**{s: ValueRange(max(i.declared.lower, least), i.declared.upper) for s, i in self.symbols.items()},
+        return {**{s: ValueRange(i.declared.lower if s in self.exact else max(i.declared.lower, least),
+                                 i.declared.upper) for s, i in self.symbols.items()},
                 **self.unbacked.ranges()}
 
     def _decide(self, rel: sympy.Basic, location: SourceLocation | None = None, record: bool = True):
@@ -114,7 +116,7 @@ class ShapeEnv:
             found = self._cached_decide(rel, least)
             if found is not None:
                 if record:
-                    for sym in rel.free_symbols & self.symbols.keys():
+                    for sym in (rel.free_symbols & self.symbols.keys()) - self.exact:
                         if self.symbols[sym].declared.lower < least and self.assumed_min.get(sym, 0) < least:
                             self.assumed_min[sym] = least
                             self.assumption_sites[sym] = location or innermost_user_location()

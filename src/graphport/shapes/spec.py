@@ -30,6 +30,7 @@ class InputShapes:
     dims: dict[sympy.Symbol, Dim] = field(default_factory=dict)    # root symbol -> its Dim
     kinds: dict[sympy.Symbol, str] = field(default_factory=dict)   # "dim", "auto" or "dynamic"
     specialized: list[str] = field(default_factory=list)           # what ended up static, and why
+    scalars: dict[int, Any] = field(default_factory=dict)          # flat leaf index of a dynamic int -> its symbol
 
 
 def _describe(tree) -> str:
@@ -134,8 +135,11 @@ def resolve(dynamic_shapes, args: tuple, kwargs: dict, arg_names: list[str], pat
             group, first, rest = path[0].idx, path[1], path[2:]
             top = positional[first.idx] if group == 0 else keyword.get(first.key)
             spec = _walk(top, rest, inputs, dynamic_shapes)
+            if _is_dynamic_int(leaf, spec, paths[i], inputs, dynamic_shapes):
+                per_leaf[i] = {None: spec}
+                continue
             if not isinstance(leaf, torch.Tensor):
-                if spec is not None:
+                if spec is not None and not _is_static_hint(spec):
                     raise _spec_error(f"{paths[i]} is a {type(leaf).__qualname__}, not a tensor, so it takes no "
                                       f"shape spec (got {spec!r}); Python values are specialized", inputs,
                                       dynamic_shapes, InvalidDimError)
@@ -144,12 +148,33 @@ def resolve(dynamic_shapes, args: tuple, kwargs: dict, arg_names: list[str], pat
     return _create_symbols(flat, per_leaf, paths)
 
 
+def _is_static_hint(spec) -> bool:
+    return isinstance(spec, _DimHint) and spec.kind == "STATIC"
+
+
+def _is_dynamic_int(leaf, spec, path: str, inputs, whole_spec) -> bool:
+    """Whether a Python int input is marked dynamic (Dim.AUTO / Dim.DYNAMIC): it then becomes a
+    symbolic integer input of the program instead of a constant baked into it."""
+    if type(leaf) is not int or spec is None or _is_static_hint(spec):
+        return False
+    if isinstance(spec, _DimHint):
+        return True
+    if isinstance(spec, (Dim, DerivedDim)):
+        raise _spec_error(f"{path} is an int, which cannot take a named {spec!r} (as in torch.export): mark it "
+                          "Dim.DYNAMIC or Dim.AUTO, with min= / max= for its range", inputs, whole_spec,
+                          InvalidDimError)
+    return False
+
+
 def _create_symbols(flat, per_leaf: dict[int, dict[int, Any]], paths: list[str]) -> InputShapes:
     env = ShapeEnv()
     shapes = InputShapes(env, {})
     by_name: dict[str, tuple[Dim, sympy.Symbol]] = {}
     violations = []
     for i, (_, leaf) in enumerate(flat):
+        if type(leaf) is int and None in per_leaf.get(i, {}):
+            _int_symbol(shapes, i, leaf, per_leaf[i][None], paths[i], violations)
+            continue
         if not isinstance(leaf, torch.Tensor):
             continue
         sizes: list = list(leaf.shape)
@@ -229,3 +254,18 @@ def _create_symbols(flat, per_leaf: dict[int, dict[int, Any]], paths: list[str])
                                        fix="change the example inputs or the Dims so that every example size lies "
                                            "in its Dim's range and relations")
     return shapes
+
+
+def _int_symbol(shapes: InputShapes, i: int, value: int, hint: _DimHint, path: str, violations: list[str]) -> None:
+    """A dynamic int input: a symbol of its own, valid in the hint's range (torch's default for
+    ints: [0, inf]). Unlike sizes, ints are not specialized at 0 and 1, and the capture never
+    assumes them >= 2 (env.exact): every question its range does not settle is a guard."""
+    lo, hi = hint.min or 0, INT_OO if hint.max is None else hint.max
+    if not lo <= value <= hi:
+        violations.append(f"- {path} is {value} in the example, outside the range [{lo}, "
+                          f"{'inf' if hi is INT_OO else hi}] of {hint!r}")
+        return
+    sym = shapes.env.create_symbol(value, ValueRange(lo, hi), path, (i, None), auto=hint.kind == "AUTO")
+    shapes.env.exact.add(sym)
+    shapes.kinds[sym] = "auto" if hint.kind == "AUTO" else "dynamic"
+    shapes.scalars[i] = sym
