@@ -20,6 +20,7 @@ from ..ops.views import ViewInverseMismatch, ViewWriteError, addresses_base_stor
 from .data_dependent import mask_index, rules as data_dependent_rules
 from . import custom_ops
 from .environment import register_higher_order_rules
+from .grad import as_eager_requires
 from .recorder import Recorder
 from .rules import HIGHER_ORDER, SPECIAL
 from .tracer import META, TracerTensor, data_dependent
@@ -196,9 +197,13 @@ class CaptureMode(_torch.TorchDispatchMode):
         decomposition on the tracers, in a scope whose graph is thrown away: composite ops
         pick kernels by device (CPU attention returns a transposed layout), and strides
         decide later view-or-copy choices, so they must be the ones the real run will have."""
+        tracers = [t for t in pytree.tree_leaves((args, kwargs)) if isinstance(t, TracerTensor)] \
+            if func in _CHOOSES_KERNEL_BY_GRAD else []
+        grads = [self.rec.grad.requires_grad(self.rec.value(t)) for t in tracers]
+
         def decomposed_meta():
             try:
-                with self.rec.child_scope(recording=False):
+                with self.rec.child_scope(recording=False), as_eager_requires(tracers, grads):
                     out = self.run_decomposition(func, func.decompose, args, kwargs)
             except UnsupportedFeatureError:
                 return None  # its insides do what capture cannot express; its meta kernel can still answer
@@ -208,7 +213,7 @@ class CaptureMode(_torch.TorchDispatchMode):
                 raise _operator_error(func, e) from e   # the op's own checks reject its arguments
             return None if out is NotImplemented else pytree.tree_map_only(TracerTensor, lambda t: t.gp_meta, out)
 
-        val = self.rec.meta_cache.run(("decomposed", func), args, kwargs, decomposed_meta)
+        val = self.rec.meta_cache.run(("decomposed", func, *grads), args, kwargs, decomposed_meta)
         if val is None:
             return self.call(func, args, kwargs)
         node_args, node_kwargs = pytree.tree_map(self.rec.graph_arg, (args, kwargs))
@@ -284,6 +289,10 @@ class CaptureMode(_torch.TorchDispatchMode):
             raise InternalError(f"writing back through a view of {target.gp_label} failed: "
                                 f"{type(e).__name__}: {str(e).strip()[:300]}", find_location=True) from e
 
+
+# Composite ops whose kernel (and so output layout) depends on which inputs require grad:
+# CPU attention takes the math kernel when the mask does (capture/grad.py).
+_CHOOSES_KERNEL_BY_GRAD = frozenset({torch.ops.aten.scaled_dot_product_attention.default})
 
 _DATA_DEPENDENT = data_dependent_rules()   # .item(), nonzero, ... (capture/data_dependent.py)
 

@@ -21,6 +21,7 @@ from ..errors import InternalError
 from ..ops.views import COVERS_SOURCE, ViewStep, replay, scatter_back
 from ..passes.metadata import DEVICE_KEY
 from ..source import user_stack
+from .grad import GradFlow
 from .meta_cache import MetaCache
 from .scope import Scope
 from .sizes import SizeValues, is_sym
@@ -45,6 +46,7 @@ class Recorder:
         self.user_calls: set[fx.Node] = set()               # nodes the program asked for (never dead code)
         self.sizes: SizeValues | None = None                # when the capture has symbolic sizes
         self.meta_cache = MetaCache()
+        self.grad = GradFlow()   # which values eager would make require grad (grad.py)
         self.fallback_stack: tuple = ()   # source location for nodes made after the program returned
         self._keepalive: list[torch.Tensor] = []
         self.until_done: contextlib.ExitStack | None = None   # exited when the capture ends
@@ -160,6 +162,7 @@ class Recorder:
         scope = self.scope
         node = scope.graph.create_node("call_function", target, args, kwargs, name=name)
         node.meta["val"] = val
+        self.grad.note(node)
         if scope.recording and self.locations:
             node.meta["gp_stack"] = user_stack(self.entry_frame) or self.fallback_stack
             node.meta["nn_module_stack"] = {f"L__self__{key}": (fqn, typ) for key, fqn, typ in self.module_stack}
