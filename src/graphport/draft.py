@@ -1,11 +1,15 @@
-"""`draft_export`: export that works around the shape problems it can, and says what it did.
+"""`draft_export`: export that works around the problems it can, and says what it did.
 
 Where `export` stops at a dynamic_shapes spec the program contradicts (a dim it
 specializes, narrows, or relates to another), `draft_export` applies the error's suggested
 fix to the spec, exports again, and records the problem with its file:line and the fix, so
-the user can paste the final spec into `export`. Problems it cannot work around soundly
-(a branch on a tensor's value) end it with their error, as `export` would, carrying the
-issues found so far on the error (`err.report`).
+the user can paste the final spec into `export`. Where `export` stops at a question about a
+data-dependent value (`if t.item() > 2`, a branch on a tensor's value), the question is
+answered from the example inputs and the answer is checked at run time by an assertion in
+the graph (capture/example_answers.py): the program is valid for every input, and refuses
+those that would take another path. Each answer is reported with its line and the
+torch._check that states it. Problems it cannot work around soundly end it with their
+error, as `export` would, carrying the issues found so far on the error (`err.report`).
 """
 from __future__ import annotations
 
@@ -15,6 +19,7 @@ from typing import Any, Callable
 
 import torch
 
+from .capture.example_answers import ExampleAnswer, answering_from_examples
 from .errors import ConstraintViolationError
 from .export import export
 from .program import ExportedProgram
@@ -27,14 +32,16 @@ _MAX_ROUNDS = 8   # each round fixes at least one dim; a spec has few
 @dataclass
 class DraftIssue:
     """One problem worked around: what the program required, where, and the fix applied."""
-    kind: str                         # "guard added": the spec was narrowed or related to fit it
+    kind: str                         # "guard added": the spec was narrowed or related to fit it;
+                                      # "data-dependent": answered from the example, checked at run time
     what: str
     location: SourceLocation | None
     fix: str
 
     def __str__(self) -> str:
         where = f"\n    at {self.location.describe()}" if self.location is not None else ""
-        return f"[{self.kind}] {self.what}{where}\n    fix applied: {self.fix}"
+        label = "fix applied" if self.kind == "guard added" else "fix"
+        return f"[{self.kind}] {self.what}{where}\n    {label}: {self.fix}"
 
 
 @dataclass
@@ -75,6 +82,13 @@ def _issues(err: ConstraintViolationError) -> list[DraftIssue]:
     return issues or [DraftIssue("guard added", head.strip(), err.location, str(err.fix))]
 
 
+def _answered(answer: ExampleAnswer) -> DraftIssue:
+    return DraftIssue("data-dependent", f"the program asks whether {answer.question}, which depends on tensor "
+                                        f"values (data-dependent); answered {answer.answer} from the example "
+                                        "inputs, checked at run time", answer.location,
+                      f"state the answer before this line, with {answer.check}")
+
+
 def draft_export(mod: torch.nn.Module | Callable, args: tuple, kwargs: dict | None = None, *,
                  dynamic_shapes: Any = None, **options: Any) -> ExportedProgram:
     """Export `mod`, refining `dynamic_shapes` wherever the program contradicts it. The
@@ -82,7 +96,8 @@ def draft_export(mod: torch.nn.Module | Callable, args: tuple, kwargs: dict | No
     report = DraftExportReport(dynamic_shapes=dynamic_shapes)
     for _ in range(_MAX_ROUNDS):
         try:
-            ep = export(mod, args, kwargs, dynamic_shapes=report.dynamic_shapes, **options)
+            with answering_from_examples() as answers:
+                ep = export(mod, args, kwargs, dynamic_shapes=report.dynamic_shapes, **options)
         except ConstraintViolationError as err:
             refined = refine_dynamic_shapes_from_suggested_fixes(err.msg, report.dynamic_shapes)
             if refined is report.dynamic_shapes or repr(refined) == repr(report.dynamic_shapes):
@@ -94,6 +109,7 @@ def draft_export(mod: torch.nn.Module | Callable, args: tuple, kwargs: dict | No
         except Exception as err:
             err.report = report
             raise
+        report.failures += [_answered(a) for a in answers]
         ep._report = report
         return ep
     raise ConstraintViolationError(

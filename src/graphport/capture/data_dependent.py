@@ -20,6 +20,7 @@ from ..shapes.expr import INF, bounds
 from ..shapes.node import SymNode
 from ..shapes.unbacked import ASSERT_PREFIX, as_python
 from ..source import innermost_user_location
+from . import example_answers
 from .sizes import SizeValues, is_sym
 from .tracer import META, TracerTensor
 
@@ -39,6 +40,7 @@ def shape_env(mode) -> ShapeEnv:
     env = rec.sizes.env
     if env.unbacked.asserter is None:
         env.unbacked.asserter = lambda node: _assert_from_user_code(rec, node)
+    example_answers.install(rec, env)
     return env
 
 
@@ -102,6 +104,15 @@ def local_scalar_dense(mode, func, t):
     rec.user_calls.add(node)
     _bind(rec, sym, node)
     return value
+
+
+def truth(mode, t) -> bool:
+    """bool(t) on a tensor, under draft_export: the tensor's truth read as a data-dependent
+    integer (`(t != 0).to(torch.uint8).item()`, 0 or 1), so the question `u != 0` is answered
+    from the example and checked at run time."""
+    nonzero = mode.call(aten.ne.Scalar, (t, 0), {})
+    flag = mode.call(aten._to_copy.default, (nonzero,), {"dtype": torch.uint8})
+    return bool(local_scalar_dense(mode, aten._local_scalar_dense.default, flag))
 
 
 # -- facts the program states ------------------------------------------------------------------

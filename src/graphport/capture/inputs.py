@@ -62,10 +62,12 @@ def trace_inputs(rec: Recorder, args: tuple, kwargs: dict, arg_names: list[str],
             # a dynamic int: a SymInt placeholder, its uses computed from it at run time
             value = symint(shapes.scalars[i], shapes.env)
             nodes[i] = rec.placeholder(name, value)
+            rec.real_values[nodes[i]] = leaf
             leaves.append(value)
             specs.append(InputSpec(InputKind.USER_INPUT, SymIntArgument(nodes[i].name)))
         elif isinstance(leaf, SCALAR_TYPES):
             node = rec.placeholder(name, leaf)
+            rec.real_values[node] = leaf
             leaves.append(leaf)
             specs.append(InputSpec(InputKind.USER_INPUT, ConstantArgument(node.name, leaf)))
         else:

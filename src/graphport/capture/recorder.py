@@ -47,6 +47,7 @@ class Recorder:
         self.sizes: SizeValues | None = None                # when the capture has symbolic sizes
         self.meta_cache = MetaCache()
         self.grad = GradFlow()   # which values eager would make require grad (grad.py)
+        self.real_values: dict[fx.Node, Any] = {}   # placeholder -> its example value (example_answers.py)
         self.fallback_stack: tuple = ()   # source location for nodes made after the program returned
         self._keepalive: list[torch.Tensor] = []
         self.until_done: contextlib.ExitStack | None = None   # exited when the capture ends
@@ -79,6 +80,7 @@ class Recorder:
     def tracer_for_placeholder(self, name: str, real: torch.Tensor, meta: torch.Tensor | None = None) -> TracerTensor:
         meta = meta_like(real) if meta is None else meta
         node = self.placeholder(name, meta)
+        self.real_values[node] = real
         node.meta[DEVICE_KEY] = real.device
         tracer = TracerTensor(meta, real.device, node.name)
         self.root.bind(tracer, node, 0)

@@ -188,7 +188,10 @@ class ShapeEnv:
         if found is not None:
             return found
         if self.unbacked.involved(rel):
-            raise undecidable(rel, self.unbacked, location)
+            answer = self.unbacked.from_example(rel, location) if self.unbacked.from_example else None
+            if answer is None:
+                raise undecidable(rel, self.unbacked, location)
+            return answer
         self._asked[rel] = asked = self._asked.get(rel, 0) + 1
         if asked > _MAX_REPEATS:
             raise UnsupportedFeatureError(

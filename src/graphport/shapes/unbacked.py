@@ -47,6 +47,9 @@ class Unbacked:
     facts: list[tuple[sympy.Expr, str]] = field(default_factory=list)
     # records a runtime check of a stated fact in the graph (set by capture)
     asserter: Callable | None = None
+    # draft_export: answers a question the facts do not settle from the example inputs, stating
+    # the answer as a checked fact (capture/example_answers.py); None: the question is an error
+    from_example: Callable | None = None
 
     def new(self, pytype: type, lower, upper, origin: str, size_like: bool = False) -> sympy.Symbol:
         name = f"u{len(self.infos)}"
