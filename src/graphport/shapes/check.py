@@ -64,8 +64,12 @@ class _Fixes:
         return "\n".join("  " + line for line in self.lines.values())
 
 
-def _explain(guard: Guard, shapes: InputShapes, fixes: _Fixes) -> str:
-    rel = guard.rel
+def _explain(guard: Guard, shapes: InputShapes, fixes: _Fixes) -> str | None:
+    """The violation, with its fix added to `fixes`; None for a relation between dims that no
+    spec can state, which is kept as a per-call check instead."""
+    # a bound on a dim that another is now derived from is a bound on that one (`x0 >= 4` with
+    # x0 = w0 - 2 narrows w0); equalities stay as they are, they are the relations to report
+    rel = guard.rel if isinstance(guard.rel, sympy.Eq) else shapes.env.simplify(guard.rel)
     syms = sorted(rel.free_symbols, key=lambda s: int(str(s)[1:]))
     names = {s: _name(shapes, s) for s in syms}
     readable = str(rel.xreplace({s: sympy.Symbol(n) for s, n in names.items()}))
@@ -109,6 +113,8 @@ def _explain(guard: Guard, shapes: InputShapes, fixes: _Fixes) -> str:
             declared = shapes.env.symbols[sym].declared
             return (f"- not all values of {names[sym]} in its range {declared} satisfy the program's guard "
                     f"{readable}{where}")
+    if len(syms) > 1:
+        return None   # a relation no Dim can state (`z == x * y`): checked on every call, as torch.export does
     return (f"- the program requires {readable}{where}, which the ranges of {', '.join(names.values())} do not "
             f"guarantee; restrict the Dims or state the assumption with torch._check on the input sizes")
 
@@ -143,7 +149,11 @@ def check(shapes: InputShapes, small_sizes: dict | None = None) -> list[Guard]:
             if rel is not sympy.true:   # an equality is already a replacement; the rest is checked per call
                 kept.append(Guard(rel, guard.location))
         else:
-            violations.append(_explain(guard, shapes, fixes))
+            explained = _explain(guard, shapes, fixes)
+            if explained is None:
+                kept.append(Guard(shapes.env.simplify(guard.rel), guard.location))
+                continue
+            violations.append(explained)
             first = first or guard.location
     for (sym, size), (why, where) in (small_sizes or {}).items():
         fixes.narrow(sym, lo=size + 1)
