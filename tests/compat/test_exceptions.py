@@ -271,7 +271,23 @@ def item_into_shape(ex):
     ex.export(ItemToShape(), (x43(),))    # torch: GuardOnDataDependentSymNode
 
 
+def named_dim_for_int(ex):
+    ex.export(Scale(), (x43(), 2), dynamic_shapes={"x": None, "k": ex.Dim("k")})  # <- here
+
+
+def call_dynamic_int_above_range(ex):
+    m = exported(ex, Head(), (torch.randn(8, 3), 4), {"x": None, "k": ex.Dim.DYNAMIC}).module()
+    m(torch.randn(8, 3), 9)  # <- here
+
+
+class Head(torch.nn.Module):
+    def forward(self, x, k):
+        return x[:k] * k
+
+
 SHARED = [  # both exporters raise, and the same `except builtin` catches both
+    ("named_dim_for_int", ValueError, E.InvalidDimError, named_dim_for_int),
+    ("call_dynamic_int_above_range", AssertionError, E.InputGuardError, call_dynamic_int_above_range),
     ("item_into_shape", RuntimeError, E.DataDependentError, item_into_shape),
     ("args_not_tuple", RuntimeError, E.UnsupportedInputError, args_not_tuple),
     ("mod_not_callable", ValueError, E.UnsupportedInputError, mod_not_callable),
@@ -346,6 +362,20 @@ def call_aliasing_broken(ex):
     m(x, x43())  # <- here     torch: runs
 
 
+def int_example_outside_hint(ex):
+    ex.export(Scale(), (x43(), 5), dynamic_shapes={"x": None, "k": ex.Dim.DYNAMIC(min=6)})  # <- here  torch: exports
+
+
+def call_dynamic_int_of_other_type(ex):
+    m = exported(ex, Scale(), (x43(), 2), {"x": None, "k": ex.Dim.DYNAMIC}).module()
+    m(x43(), 2.0)  # <- here     torch: runs
+
+
+def call_other_path_than_draft_answer(ex):
+    ep = gp.draft_export(BranchOnValue(), (torch.ones(3),))
+    ep.module()(-torch.ones(3))  # <- here     torch: RuntimeError "Runtime assertion failed"
+
+
 def call_non_tensor(ex):
     m = exported(ex, AddOne(), (x43(),)).module()
     m(3.0)  # <- here     torch: AttributeError
@@ -362,6 +392,9 @@ GRAPHPORT_ONLY = [
     ("call_scalar_of_other_type", AssertionError, E.InputGuardError, call_scalar_of_other_type),
     ("call_aliasing_broken", AssertionError, E.InputGuardError, call_aliasing_broken),
     ("call_non_tensor", ValueError, E.InputStructureError, call_non_tensor),
+    ("int_example_outside_hint", RuntimeError, E.ConstraintViolationError, int_example_outside_hint),
+    ("call_dynamic_int_of_other_type", AssertionError, E.InputGuardError, call_dynamic_int_of_other_type),
+    ("call_other_path_than_draft_answer", RuntimeError, None, call_other_path_than_draft_answer),
 ]
 
 ALL = SHARED + GRAPHPORT_ONLY
