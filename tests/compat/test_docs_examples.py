@@ -27,13 +27,15 @@ EXPORTERS = {
         export=gp.export, Dim=gp.Dim, draft_export=gp.draft_export, ShapesCollection=gp.ShapesCollection,
         AdditionalInputs=gp.AdditionalInputs, refine=gp.refine_dynamic_shapes_from_suggested_fixes,
         unflatten=gp.unflatten, save=gp.save, load=gp.load, cond=gp.cond,
-        default_decompositions=gp.default_decompositions, suffix=".gport"),
+        default_decompositions=gp.default_decompositions, register_dataclass=gp.register_dataclass,
+        suffix=".gport"),
     "torch": types.SimpleNamespace(
         export=torch.export.export, Dim=torch.export.Dim, draft_export=torch.export.draft_export,
         ShapesCollection=torch.export.ShapesCollection, AdditionalInputs=torch.export.AdditionalInputs,
         refine=torch.export.dynamic_shapes.refine_dynamic_shapes_from_suggested_fixes,
         unflatten=torch.export.unflatten, save=torch.export.save, load=torch.export.load, cond=torch.cond,
-        default_decompositions=torch.export.default_decompositions, suffix=".pt2"),
+        default_decompositions=torch.export.default_decompositions,
+        register_dataclass=torch.export.register_dataclass, suffix=".pt2"),
 }
 
 _BUILTINS = (AssertionError, ValueError, TypeError, RuntimeError)
@@ -483,6 +485,99 @@ def export_needs_a_tuple(ex):
     return [observe(lambda: ex.export(Plus(), [torch.randn(2), torch.randn(2)]))]
 
 
+# -- More of the API the docs show ------------------------------------------------------------------
+
+@example
+def dims_helper_and_tuple_spec(ex):
+    dims = gp.dims if ex is EXPORTERS["graphport"] else torch.export.dims
+    batch, feat = dims("batch", "feat", min=2, max=16)
+    ep = ex.export(Plus(), (torch.randn(4, 3), torch.randn(4, 3)), dynamic_shapes=((batch, feat), (batch, feat)))
+    module = ep.module()
+    return [bounds(ep), close_to_eager(module, Plus(), torch.randn(16, 2), torch.randn(16, 2)),
+            observe(lambda: module(torch.randn(17, 2), torch.randn(17, 2)))]
+
+
+@example
+def nested_inputs_with_nested_spec(ex):
+    class Nested(torch.nn.Module):
+        def forward(self, inputs):
+            return inputs["a"] + inputs["b"][0] * inputs["b"][1]
+    model = Nested()
+    batch = ex.Dim("batch")
+    args = ({"a": torch.randn(4, 2), "b": [torch.randn(4, 2), torch.randn(4, 2)]},)
+    ep = ex.export(model, args, dynamic_shapes={"inputs": {"a": {0: batch}, "b": [{0: batch}, {0: batch}]}})
+    other = {"a": torch.randn(6, 2), "b": [torch.randn(6, 2), torch.randn(6, 2)]}
+    return [bounds(ep), close_to_eager(ep.module(), model, other)]
+
+
+@example
+def graph_signature_views(ex):
+    class Counter(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin = torch.nn.Linear(3, 3)
+            self.register_buffer("calls", torch.zeros(()))
+            self.table = torch.arange(3.0)
+
+        def forward(self, x):
+            self.calls.add_(1)
+            return self.lin(x) + self.table
+    model = Counter()
+    ep = ex.export(model, (torch.randn(2, 3),))
+    sig = ep.graph_signature
+    module = ep.module()
+    module(torch.randn(2, 3))
+    module(torch.randn(2, 3))
+    return [list(sig.parameters), list(sig.buffers), list(sig.buffers_to_mutate.values()),
+            len(sig.user_inputs), len(sig.user_outputs), len(sig.lifted_tensor_constants),
+            float(module.calls)]
+
+
+@example
+def user_input_mutation(ex):
+    class Bump(torch.nn.Module):
+        def forward(self, x):
+            x.add_(1)
+            return x * 2
+    ep = ex.export(Bump(), (torch.zeros(3),))
+    kinds = sorted(s.kind.name for s in ep.graph_signature.output_specs)
+    x = torch.zeros(3)
+    out = ep.module()(x)
+    return [kinds, x, out]
+
+
+@example
+def dataclass_input(ex):
+    import dataclasses
+
+    @dataclasses.dataclass
+    class Batch:
+        tokens: torch.Tensor
+        scale: torch.Tensor
+
+    ex.register_dataclass(Batch)
+
+    class UsesBatch(torch.nn.Module):
+        def forward(self, batch: Batch):
+            return batch.tokens * batch.scale
+    ep = ex.export(UsesBatch(), (Batch(torch.randn(4, 2), torch.randn(4, 2)),),
+                   dynamic_shapes={"batch": [{0: ex.Dim("n")}, {0: ex.Dim("n")}]})
+    other = Batch(torch.randn(7, 2), torch.randn(7, 2))
+    return [bounds(ep), close_to_eager(ep.module(), UsesBatch(), other)]
+
+
+@example
+def export_a_function_needs_a_module(ex):
+    def f(x):
+        return x.sin()
+    return [observe(lambda: ex.export(f, (torch.randn(3),)).module()(torch.randn(3)).shape)]
+
+
+@example
+def strict_mode(ex):
+    model = Outer()
+    ep = ex.export(model, (torch.randn(2, 4),), strict=True)
+    return [op_names(ep), close_to_eager(ep.module(), model, torch.randn(2, 4))]
 # -- The corpus as tests ----------------------------------------------------------------------------
 
 # Examples where graphport differs on purpose (README "What still differs"): example -> why.
@@ -492,6 +587,12 @@ INTENTIONAL: dict[str, str] = {
     "training_mode_batch_norm_updates_buffers": "graphport's graph is functional: running-stat updates are "
                                                 "BUFFER_MUTATION outputs, where torch.export 2.13's default graph "
                                                 "mutates the buffers inside batch_norm",
+    "graph_signature_views": "graphport's graph is functional: an in-place buffer update is listed in "
+                             "buffers_to_mutate (torch.export 2.13's default graph keeps add_ and lists none)",
+    "user_input_mutation": "graphport's graph is functional: x.add_(1) is a USER_INPUT_MUTATION output, written "
+                           "back by ep.module() (torch.export 2.13's default graph keeps add_)",
+    "export_a_function_needs_a_module": "graphport also exports plain functions; torch.export requires an "
+                                        "nn.Module (ValueError)",
 }
 
 

@@ -73,11 +73,14 @@ def _top_level(spec, args: tuple, kwargs: dict, arg_names: list[str]):
     raise _spec_error(f"expected a dict or a tuple, got a {type(spec).__qualname__}", inputs, spec)
 
 
-def _walk(spec, path: tuple, inputs, whole_spec):
-    """The part of `spec` at a leaf's path below the top level; None means static."""
+def _walk(spec, path: tuple, inputs, whole_spec, node=None):
+    """The part of `spec` at a leaf's path below the top level; None means static. `node` is
+    the input object the spec describes there (a registered class's spec may list its
+    children in flattening order, as torch.export writes them, or name them in a dict)."""
     for key in path:
         if spec is None:
             return None
+        container, node = node, _child(node, key)
         if isinstance(key, pytree.MappingKey):
             if not isinstance(spec, dict):
                 raise _spec_error(f"expected a dict of specs at key {key.key!r}, got {spec!r}", inputs, whole_spec)
@@ -90,8 +93,34 @@ def _walk(spec, path: tuple, inputs, whole_spec):
                 raise _spec_error(f"the spec has {len(spec)} entries where the input has more", inputs, whole_spec)
             spec = spec[key.idx]
         elif isinstance(key, pytree.GetAttrKey):
-            spec = spec.get(key.name) if isinstance(spec, dict) else getattr(spec, key.name, None)
+            if isinstance(spec, dict):
+                spec = spec.get(key.name)
+            elif isinstance(spec, (list, tuple)) and not _is_tensor_spec(spec):
+                spec = _by_position(spec, key, container, inputs, whole_spec)
+            else:
+                spec = getattr(spec, key.name, None)
     return spec
+
+
+def _child(node, key):
+    if node is None:
+        return None
+    if isinstance(key, pytree.MappingKey):
+        return node[key.key]
+    if isinstance(key, pytree.SequenceKey):
+        return node[key.idx]
+    return getattr(node, key.name, None) if isinstance(key, pytree.GetAttrKey) else None
+
+
+def _by_position(spec, key, container, inputs, whole_spec):
+    """A registered class's child spec from a list in flattening order (torch's layout)."""
+    order = [] if container is None else list(dict.fromkeys(
+        path[0].name for path, _ in pytree.tree_flatten_with_path(container)[0]
+        if path and isinstance(path[0], pytree.GetAttrKey)))
+    if key.name not in order or len(spec) != len(order):
+        raise _spec_error(f"the spec of a {type(container).__qualname__} lists {len(spec)} entries for its "
+                          f"{len(order)} children {order}", inputs, whole_spec)
+    return spec[order.index(key.name)]
 
 
 def _is_tensor_spec(spec) -> bool:
@@ -134,7 +163,8 @@ def resolve(dynamic_shapes, args: tuple, kwargs: dict, arg_names: list[str], pat
         for i, (path, leaf) in enumerate(flat):
             group, first, rest = path[0].idx, path[1], path[2:]
             top = positional[first.idx] if group == 0 else keyword.get(first.key)
-            spec = _walk(top, rest, inputs, dynamic_shapes)
+            root = args[first.idx] if group == 0 else kwargs[first.key]
+            spec = _walk(top, rest, inputs, dynamic_shapes, root)
             if _is_dynamic_int(leaf, spec, paths[i], inputs, dynamic_shapes):
                 per_leaf[i] = {None: spec}
                 continue
