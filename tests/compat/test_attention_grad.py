@@ -61,6 +61,9 @@ def test_learned_mask_runs_in_both_grad_modes(grad_at_export):
         torch.testing.assert_close(ep.module()(x, mask), model(x, mask))
     if grad_at_export:
         _compare_with_grad(model, ep, (x, mask))
+    else:   # the fused kernel's layout was captured: with grad, eager takes the math kernel (as torch.export)
+        with pytest.raises(RuntimeError, match="view size"):
+            ep.module()(x, mask)
 
 
 def test_dynamic_program_with_learned_mask_under_grad():

@@ -156,3 +156,23 @@ def test_export_keyword_arguments_of_torch_export(ex):
 def test_unimplemented_keyword_argument_is_named():
     with pytest.raises(gp.UnsupportedFeatureError, match="prefer_deferred_runtime_asserts_over_guards"):
         gp.export(Shifted(), xy(), prefer_deferred_runtime_asserts_over_guards=True)
+
+
+class Outer(torch.nn.Module):
+    def forward(self, x, y, z):
+        return (x[:, None] * y[None, :]).flatten() + z
+
+
+def test_relation_no_dim_can_state_is_checked_per_call(ex):
+    """z's size must be x's times y's: no Dim states that, so both exporters keep it as a check."""
+    spec = {"x": {0: ex.Dim("a")}, "y": {0: ex.Dim("b")}, "z": {0: ex.Dim("c")}}
+    ep = ex.export(Outer(), (torch.randn(3), torch.randn(4), torch.randn(12)), dynamic_shapes=spec)
+    args = (torch.randn(5), torch.randn(2), torch.randn(10))
+    torch.testing.assert_close(ep.module()(*args), Outer()(*args))
+
+
+def test_relation_no_dim_can_state_refuses_breaking_calls():
+    spec = {"x": {0: gp.Dim("a")}, "y": {0: gp.Dim("b")}, "z": {0: gp.Dim("c")}}
+    ep = gp.export(Outer(), (torch.randn(3), torch.randn(4), torch.randn(12)), dynamic_shapes=spec)
+    with pytest.raises(gp.InputGuardError, match="relation"):
+        ep.module()(torch.randn(5), torch.randn(2), torch.randn(11))

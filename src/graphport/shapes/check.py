@@ -113,8 +113,8 @@ def _explain(guard: Guard, shapes: InputShapes, fixes: _Fixes) -> str | None:
             declared = shapes.env.symbols[sym].declared
             return (f"- not all values of {names[sym]} in its range {declared} satisfy the program's guard "
                     f"{readable}{where}")
-    if len(syms) > 1:
-        return None   # a relation no Dim can state (`z == x * y`): checked on every call, as torch.export does
+    if len(syms) > 1 and isinstance(rel, sympy.Eq):
+        return None   # an equality no Dim can state (`z == x * y`): checked on every call, as torch.export does
     return (f"- the program requires {readable}{where}, which the ranges of {', '.join(names.values())} do not "
             f"guarantee; restrict the Dims or state the assumption with torch._check on the input sizes")
 
