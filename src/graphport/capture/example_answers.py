@@ -62,7 +62,10 @@ def install(rec, env) -> None:
         env.unbacked.from_example = lambda rel, location: _answer(rec, env, rel, location, answers)
 
 
-def _answer(rec, env, rel: sympy.Basic, location: SourceLocation | None, answers: list[ExampleAnswer]) -> bool | None:
+def _answer(rec, env, rel: sympy.Basic, location: SourceLocation | None,
+            answers: list[ExampleAnswer]) -> bool | None:
+    """The answer at the example's values, stated as a checked fact and recorded; None where
+    the values cannot be computed (the caller raises the data-dependent error then)."""
     values = _example_values(rec, env.unbacked.involved(rel))
     if values is None:
         return None   # a value computed where the examples cannot reach (inside a branch or loop body)
@@ -75,7 +78,8 @@ def _answer(rec, env, rel: sympy.Basic, location: SourceLocation | None, answers
     env.assume(stated)
     if env.unbacked.asserter is not None:
         env.unbacked.asserter(SymNode(stated, env, bool))
-    found = ExampleAnswer(readable(rel, env.unbacked).replace(str(rel), as_python(rel), 1), answer, f"torch._check({as_python(stated)})", location)
+    question = readable(rel, env.unbacked).replace(str(rel), as_python(rel), 1)
+    found = ExampleAnswer(question, answer, f"torch._check({as_python(stated)})", location)
     if found not in answers:
         answers.append(found)
     return answer
@@ -132,4 +136,3 @@ def _run_to(rec, targets: list[fx.Node]) -> dict[fx.Node, Any] | None:
             else:
                 return None
     return values
-
