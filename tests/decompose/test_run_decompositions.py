@@ -212,3 +212,35 @@ def test_lowering_an_lstm_does_not_depend_on_the_cpu_backend():
     assert not any("mkldnn" in op for op in operators(core))
     torch.testing.assert_close(core.module()(x), model(x))
     assert torch.backends.mkldnn.is_available() is False or torch._C._get_mkldnn_enabled()
+
+
+class PoolOverTokens(nn.Module):
+    """Swin's pooler: average over a transposed sequence. adaptive_avg_pool2d's composite
+    kernel restrides its fresh channels-last result in place (`as_strided_`)."""
+
+    def forward(self, x):
+        return nn.functional.adaptive_avg_pool1d((x * 2).transpose(1, 2), 1).flatten(1) + 1
+
+
+@pytest.mark.parametrize("dynamic", [False, True], ids=["static", "dynamic"])
+def test_a_composite_that_restrides_its_own_result_lowers_as_in_torch(dynamic):
+    x = torch.randn(2, 6, 4)
+    ep = gp.export(PoolOverTokens(), (x,), dynamic_shapes=({0: gp.Dim("b")},) if dynamic else None)
+    core = ep.run_decompositions()
+    gp.verify(core, dialect="core_aten")
+    theirs = torch_program(PoolOverTokens(), (x,), ({0: torch.export.Dim("b")},) if dynamic else None)
+    assert operators(core) == operators(theirs.run_decompositions())
+    assert "aten.as_strided.default" in operators(core)
+    for batch in (2, 1, 5, 0) if dynamic else (2,):
+        fresh = torch.randn(batch, 6, 4)
+        torch.testing.assert_close(core.module()(fresh), PoolOverTokens()(fresh))
+
+
+def test_restriding_an_input_in_place_is_still_refused():
+    def f(x):
+        x.as_strided_((2, 2), (1, 2))
+        return x + 1
+
+    with pytest.raises(gp.UnsupportedFeatureError, match="changes a tensor's shape or strides in place") as info:
+        gp.export(f, (torch.randn(2, 2),))
+    assert isinstance(info.value, RuntimeError) and "test_run_decompositions.py" in str(info.value)

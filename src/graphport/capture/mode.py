@@ -17,6 +17,7 @@ from ..errors import (DataDependentError, GraphportError, InternalError, Operato
 from ..ops.kinds import DATA_DEPENDENT_SHAPE, DATA_READS, METADATA_MUTATING, Kind, is_impure, op_info
 from ..ops.policy import EXPORT_DEFAULT, DispatchPolicy, python_decomposition
 from ..ops.views import ViewInverseMismatch, ViewWriteError, addresses_base_storage
+from ..passes.metadata import DEVICE_KEY
 from .data_dependent import mask_index, rules as data_dependent_rules
 from . import custom_ops
 from .environment import register_higher_order_rules
@@ -231,6 +232,8 @@ class CaptureMode(_torch.TorchDispatchMode):
             if func is aten.copy_.default and _overwrites_input(self.rec, target, args[1]):
                 self.write(target, args[1])  # the input's new value is the source itself
                 return target
+            if func is aten.as_strided_.default and self._computed_here(target):
+                return self.restride(target, args, kwargs)
             if func.overloadpacket.__name__ in METADATA_MUTATING:
                 raise UnsupportedFeatureError(
                     f"the in-place operator {func} changes a tensor's shape or strides in place",
@@ -254,6 +257,28 @@ class CaptureMode(_torch.TorchDispatchMode):
                 self.write(bound[name], value)
         kept = tuple(result[:n_returns])
         return kept[0] if n_returns == 1 else kept
+
+    def _computed_here(self, t) -> bool:
+        """Whether `t` is a tensor the code being recorded computed in this scope: not an
+        input, a buffer, a constant or a view, and unknown to enclosing scopes."""
+        scope = self.rec.scope
+        return (isinstance(t, TracerTensor) and t.gp_base is None and id(t) not in self.rec.placeholder_tracers
+                and scope.bound_here(t) is not None and (scope.parent is None or scope.parent.find(t) is None))
+
+    def restride(self, target: TracerTensor, args, kwargs) -> TracerTensor:
+        """`as_strided_` on a tensor computed here: composite kernels restride their fresh
+        outputs this way (adaptive_avg_pool2d's channels-last result). As torch's
+        functionalization does, the tensor stands for `as_strided` of its value from now on;
+        its data is unchanged, so views taken before keep theirs."""
+        val = self.run_meta(aten.as_strided.default, args, kwargs, cache=False)
+        node_args, node_kwargs = pytree.tree_map(self.rec.graph_arg, (args, kwargs))
+        node = self.rec.node(aten.as_strided.default, node_args, node_kwargs, val)
+        node.meta.setdefault(DEVICE_KEY, target.device)
+        with _torch.skip_torch_dispatch():
+            torch.Tensor.as_strided_(target, *args[1:], **kwargs)
+        target.gp_meta = val
+        self.rec.scope.bind(target, node, target.gp_version)
+        return target
 
     def write(self, target, value: TracerTensor, fill: Any = None) -> None:
         """Make `target` hold `value` from now on, as an in-place write would (`fill`: the
