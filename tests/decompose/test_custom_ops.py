@@ -260,3 +260,77 @@ def test_custom_op_returning_a_view_is_refused():
     with pytest.raises(gp.UnsupportedFeatureError, match="returns a view") as info:
         gp.export(lambda x: torch.ops.gp_corpus_view.first_row_(x) + 1, (torch.randn(3, 2),))
     assert "fix:" in str(info.value)
+
+
+_lib_cia = torch.library.Library("gp_corpus_cia", "DEF")
+_lib_cia.define("accumulate_twice(Tensor(a!) total, Tensor x) -> Tensor")
+
+
+def _accumulate_twice(total, x):
+    total.add_(x)
+    return x * 2
+
+
+_lib_cia.impl("accumulate_twice", _accumulate_twice, "CPU")
+torch.library.register_fake("gp_corpus_cia::accumulate_twice", lambda total, x: torch.empty_like(x), lib=_lib_cia)
+_lib_cia.define("accumulate_composite(Tensor(a!) total, Tensor x) -> Tensor")
+_lib_cia.impl("accumulate_composite", _accumulate_twice, "CompositeImplicitAutograd")
+
+
+class MutatingWithDecompositions(nn.Module):
+    """A mutating op with only a backend kernel (the user's table may name it), and one
+    whose kernel is a composite (capture expands it, as any composite that writes)."""
+
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("total", torch.zeros(4))
+
+    def forward(self, x, acc):
+        r = torch.ops.gp_corpus_cia.accumulate_twice(self.total, x)
+        torch.ops.gp_corpus_cia.accumulate_composite(acc, x)
+        accumulate(acc, r)
+        return r + 1
+
+
+def _live_operators(program) -> Counter:
+    """Operators whose results are used, auto_functionalized under one name (torch's lowering
+    writes the v2 form and drops calls whose results are unused)."""
+    live = set()
+    for node in reversed(program.graph.nodes):
+        if node.op == "output" or node in live:
+            live.update(node.all_input_nodes)
+            live.add(node)
+    return Counter(str(n.target).replace("auto_functionalized_v2", "auto_functionalized") for n in live
+                   if n.op == "call_function" and str(n.target) != "<built-in function getitem>")
+
+
+@pytest.mark.parametrize("table", ["names the mutating ops", "core", "empty"])
+def test_a_table_entry_for_a_mutating_custom_op_keeps_it_functionalized_as_in_torch(table):
+    def tables():
+        def decompose_accumulate_twice(total, x):
+            total.add_(x)
+            return x * 2
+        entries = {torch.ops.gp_corpus_cia.accumulate_twice.default: decompose_accumulate_twice,
+                   torch.ops.gp_corpus.accumulate.default: lambda total, x: total.add_(x)}
+        return {"names the mutating ops": entries, "core": None, "empty": {}}[table]
+
+    model = MutatingWithDecompositions()
+    args = (torch.randn(4), torch.randn(4))
+    ep = gp.export(model, tuple(a.clone() for a in args))
+    ours = ep.run_decompositions(tables())
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        theirs = torch.export.export(MutatingWithDecompositions(), tuple(a.clone() for a in args))
+        theirs = theirs.run_decompositions(tables())
+    assert _live_operators(ours) == _live_operators(theirs)
+    assert _live_operators(ours)["auto_functionalized"] == 2
+    assert "gp_corpus_cia.accumulate_composite.default" not in operators(ep)
+    assert [(s.kind.name, s.target) for s in ours.graph_signature.output_specs] == \
+        [(s.kind.name, s.target) for s in theirs.graph_signature.output_specs]
+    runner, eager = ours.module(), MutatingWithDecompositions()
+    for _ in range(2):   # the buffer carries over between calls
+        x, acc = torch.randn(4), torch.randn(4)
+        ours_acc, eager_acc = acc.clone(), acc.clone()
+        torch.testing.assert_close(runner(x, ours_acc), eager(x, eager_acc))
+        torch.testing.assert_close(ours_acc, eager_acc)
+        torch.testing.assert_close(runner.get_buffer("total"), eager.total)
