@@ -244,3 +244,35 @@ def test_restriding_an_input_in_place_is_still_refused():
     with pytest.raises(gp.UnsupportedFeatureError, match="changes a tensor's shape or strides in place") as info:
         gp.export(f, (torch.randn(2, 2),))
     assert isinstance(info.value, RuntimeError) and "test_run_decompositions.py" in str(info.value)
+
+
+class ScaledByItsSum(nn.Module):
+    def forward(self, x):
+        return x * x.sum().item()
+
+
+@pytest.mark.parametrize("which", ["core", "empty"])
+def test_item_lowers_to_local_scalar_dense_and_stays_under_an_empty_table(which):
+    x = torch.randn(3)
+    table = None if which == "core" else {}
+    ours = gp.export(ScaledByItsSum(), (x,)).run_decompositions(table)
+    theirs = torch_program(ScaledByItsSum(), (x,)).run_decompositions(table)
+    kept = {"aten.item.default", "aten._local_scalar_dense.default"}
+    assert {op for op in operators(ours) if op in kept} == {op for op in operators(theirs) if op in kept} == \
+        {"aten._local_scalar_dense.default" if which == "core" else "aten.item.default"}
+    fresh = torch.randn(3)
+    torch.testing.assert_close(ours.module()(fresh), ScaledByItsSum()(fresh))
+
+
+def test_lowering_a_cond_lifts_no_constants_from_its_branches():
+    def f(x, y):
+        return torch.cond(x.shape[0] > 2, lambda a, b: a + b, lambda a, b: a - b, (x, y))
+
+    x, y = torch.randn(3, 2), torch.randn(3, 2)
+    ep = gp.export(f, (x, y), dynamic_shapes=({0: gp.Dim("n")}, {0: gp.Dim("n")}))
+    core = ep.run_decompositions()
+    assert core.graph_signature.input_specs == ep.graph_signature.input_specs
+    assert [n.name for n in core.graph.nodes if n.op == "placeholder"] == ["x", "y"]
+    for n in (3, 2):
+        a, b = torch.randn(n, 2), torch.randn(n, 2)
+        torch.testing.assert_close(core.module()(a, b), f(a, b))

@@ -286,7 +286,9 @@ def rules() -> dict:
     """Operator -> capture rule, for the capture mode."""
     return {
         aten._local_scalar_dense.default: lambda mode, t: local_scalar_dense(mode, aten._local_scalar_dense.default, t),
-        aten.item.default: lambda mode, t: local_scalar_dense(mode, aten.item.default, t),
+        # `item` is a composite reading `_local_scalar_dense`: a lowering that expands it records that
+        aten.item.default: lambda mode, t: local_scalar_dense(
+            mode, aten.item.default if mode.policy.keep(aten.item.default) else aten._local_scalar_dense.default, t),
         aten.slice.Tensor: slice_tensor,
         aten.select.int: select_int,
         aten.nonzero.default: nonzero,

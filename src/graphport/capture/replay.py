@@ -144,7 +144,8 @@ def _run(rec: Recorder, gm: fx.GraphModule, node: fx.Node, values: dict, policy:
         if not isinstance(sub, fx.GraphModule):
             raise UnsupportedFeatureError(f"the program reads the attribute {node.target}, which is not a subgraph",
                                           fix="export the program with graphport, whose graphs read no attributes")
-        lowered = replay(sub, policy, ReplayInputs(devices=inputs.devices)).graph_module
+        with _torch.outside_dispatch_modes():   # its meta computations are not this graph's constants
+            lowered = replay(sub, policy, ReplayInputs(devices=inputs.devices)).graph_module
         owner.add_module(node.target, lowered)
         made = rec.root.graph.get_attr(node.target)
         made.meta.update(node.meta)
