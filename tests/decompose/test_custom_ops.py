@@ -239,11 +239,66 @@ def test_auto_functionalized_programs_run_in_torch_ecosystem_form():
     assert node.meta["stack_trace"] and "test_custom_ops.py" in node.meta["stack_trace"]
 
 
-def test_data_dependent_output_size_is_refused_clearly():
-    with pytest.raises(gp.DataDependentError, match="depends on its input's values") as info:
-        gp.export(lambda x: nonzero_values(x) * 2, (torch.randn(5),))
-    assert "new_dynamic_size" in str(info.value) and "fix:" in str(info.value)
-    assert isinstance(info.value, RuntimeError)
+class NonzeroValues(nn.Module):
+    def forward(self, x):
+        values = nonzero_values(x)
+        return values * 2, values.shape[0] + 1
+
+
+@pytest.mark.parametrize("dynamic", [False, True], ids=["static", "dynamic"])
+def test_data_dependent_output_size_from_the_fake_kernel(dynamic):
+    """`ctx.new_dynamic_size()` in a fake kernel: a data-dependent size symbol, read at run
+    time from the op's output (`sym_size`), as torch.export does."""
+    x = torch.tensor([0.0, 1.0, 2.0, 0.0, 3.0])
+    ep = gp.export(NonzeroValues(), (x,), dynamic_shapes=({0: gp.Dim("n")},) if dynamic else None)
+    core = ep.run_decompositions()
+    gp.verify(core, dialect="core_aten")
+    node = next(n for n in core.graph.nodes if n.target is torch.ops.gp_corpus.nonzero_values.default)
+    assert not isinstance(node.meta["val"].shape[0], int)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        theirs = torch.export.export(NonzeroValues(), (x,), dynamic_shapes=({0: torch.export.Dim("n")},)
+                                     if dynamic else None).run_decompositions()
+    # torch also asserts the size is >= 0, which a size read from a tensor always is
+    assert operators(core) == operators(theirs) - Counter({"<built-in function ge>": 1,
+                                                           "aten._assert_scalar.default": 1})
+    fresh = [x, torch.tensor([1.0, 0.0, 0.0, 0.0, 5.0]), torch.zeros(5), torch.ones(5)]
+    if dynamic:
+        fresh += [torch.tensor([4.0, 0.0, 2.0]), torch.tensor([7.0]), torch.zeros(0)]
+    for t in fresh:
+        for program in (ep, core):
+            got, expected = program.module()(t), NonzeroValues()(t)
+            torch.testing.assert_close(got[0], expected[0])
+            assert got[1] == expected[1]
+
+
+@torch.library.custom_op("gp_corpus::at_least_two_nonzero", mutates_args=())
+def at_least_two_nonzero(x: torch.Tensor) -> torch.Tensor:
+    return x[x != 0]
+
+
+@at_least_two_nonzero.register_fake
+def _(x):
+    return x.new_empty(torch.library.get_ctx().new_dynamic_size(min=2, max=x.shape[0]))
+
+
+def test_the_fake_kernels_size_range_is_checked_at_run_time():
+    ep = gp.export(lambda x: at_least_two_nonzero(x) + 1, (torch.tensor([1.0, 0.0, 2.0]),))
+    for program in (ep, ep.run_decompositions()):
+        torch.testing.assert_close(program.module()(torch.tensor([3.0, 4.0, 0.0])), torch.tensor([4.0, 5.0]))
+        with pytest.raises(RuntimeError, match="u0 >= 2"):
+            program.module()(torch.tensor([3.0, 0.0, 0.0]))
+
+
+def test_a_size_computed_from_a_data_dependent_size_is_refused():
+    lib = torch.library.Library("gp_corpus_dd", "DEF")
+    lib.define("pairs(Tensor x) -> Tensor")
+    lib.impl("pairs", lambda x: x[x != 0].repeat(2), "CPU")
+    torch.library.register_fake("gp_corpus_dd::pairs",
+                                lambda x: x.new_empty(2 * torch.library.get_ctx().new_dynamic_size()), lib=lib)
+    with pytest.raises(gp.DataDependentError, match="cannot read back at run time") as info:
+        gp.export(lambda x: torch.ops.gp_corpus_dd.pairs(x) + 1, (torch.randn(5),))
+    assert "fix:" in str(info.value) and isinstance(info.value, RuntimeError)
 
 
 def test_custom_op_without_fake_kernel_says_how_to_register_one():

@@ -166,7 +166,7 @@ class CaptureMode(_torch.TorchDispatchMode):
             if not cache:
                 return func(*meta_args, **meta_kwargs)
             if custom_ops.is_custom(func):
-                return custom_ops.run_fake_kernel(func, meta_args, meta_kwargs)
+                return custom_ops.run_fake_kernel(func, meta_args, meta_kwargs, self)
             return self.rec.meta_cache.run(func, meta_args, meta_kwargs, lambda: func(*meta_args, **meta_kwargs))
         except (NotImplementedError, RuntimeError, ValueError, TypeError, IndexError) as e:
             if isinstance(e, GraphportError):
@@ -190,7 +190,10 @@ class CaptureMode(_torch.TorchDispatchMode):
         device = self._device(args, kwargs)
         if view and isinstance(args[0], TracerTensor):
             return self.rec.wrap(val, node, device, view_of=args[0], step=(func, tuple(node_args[1:]), node_kwargs))
-        return self.rec.wrap(val, node, device)
+        out = self.rec.wrap(val, node, device)
+        if custom_ops.is_custom(func):
+            custom_ops.bind_output_sizes(self, out)   # sizes its fake kernel made data-dependent
+        return out
 
     def call_kept_composite(self, func, args, kwargs):
         """A composite op kept as one node. Its output metadata comes from running its
