@@ -82,7 +82,7 @@ def bind_output_sizes(mode, outputs: Any) -> None:
                 for sym in env.unbacked.involved(size.node.expr):
                     if sym not in rec.sizes.cache:
                         pending.append((sym, size.node.expr == sym, t, dim))
-    for sym, exact, t, dim in pending:
+    for sym, exact, t, dim in sorted(pending, key=lambda p: not p[1]):   # a dimension that is the size first
         if sym in rec.sizes.cache:
             continue
         if not exact:

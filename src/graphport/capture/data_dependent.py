@@ -48,7 +48,6 @@ def bind_symbol(rec, sym: sympy.Symbol, node) -> None:
     rec.sizes.env.unbacked.infos[sym].node = node.name
 
 
-
 def _assert_from_user_code(rec, cond: SymNode) -> None:
     """torch._check runs in the user's code, where the capture mode is active: the nodes
     that compute the check are made outside it, as inside an operator's dispatch."""
