@@ -239,11 +239,66 @@ def test_auto_functionalized_programs_run_in_torch_ecosystem_form():
     assert node.meta["stack_trace"] and "test_custom_ops.py" in node.meta["stack_trace"]
 
 
-def test_data_dependent_output_size_is_refused_clearly():
-    with pytest.raises(gp.DataDependentError, match="depends on its input's values") as info:
-        gp.export(lambda x: nonzero_values(x) * 2, (torch.randn(5),))
-    assert "new_dynamic_size" in str(info.value) and "fix:" in str(info.value)
-    assert isinstance(info.value, RuntimeError)
+class NonzeroValues(nn.Module):
+    def forward(self, x):
+        values = nonzero_values(x)
+        return values * 2, values.shape[0] + 1
+
+
+@pytest.mark.parametrize("dynamic", [False, True], ids=["static", "dynamic"])
+def test_data_dependent_output_size_from_the_fake_kernel(dynamic):
+    """`ctx.new_dynamic_size()` in a fake kernel: a data-dependent size symbol, read at run
+    time from the op's output (`sym_size`), as torch.export does."""
+    x = torch.tensor([0.0, 1.0, 2.0, 0.0, 3.0])
+    ep = gp.export(NonzeroValues(), (x,), dynamic_shapes=({0: gp.Dim("n")},) if dynamic else None)
+    core = ep.run_decompositions()
+    gp.verify(core, dialect="core_aten")
+    node = next(n for n in core.graph.nodes if n.target is torch.ops.gp_corpus.nonzero_values.default)
+    assert not isinstance(node.meta["val"].shape[0], int)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        theirs = torch.export.export(NonzeroValues(), (x,), dynamic_shapes=({0: torch.export.Dim("n")},)
+                                     if dynamic else None).run_decompositions()
+    # torch also asserts the size is >= 0, which a size read from a tensor always is
+    assert operators(core) == operators(theirs) - Counter({"<built-in function ge>": 1,
+                                                           "aten._assert_scalar.default": 1})
+    fresh = [x, torch.tensor([1.0, 0.0, 0.0, 0.0, 5.0]), torch.zeros(5), torch.ones(5)]
+    if dynamic:
+        fresh += [torch.tensor([4.0, 0.0, 2.0]), torch.tensor([7.0]), torch.zeros(0)]
+    for t in fresh:
+        for program in (ep, core):
+            got, expected = program.module()(t), NonzeroValues()(t)
+            torch.testing.assert_close(got[0], expected[0])
+            assert got[1] == expected[1]
+
+
+@torch.library.custom_op("gp_corpus::at_least_two_nonzero", mutates_args=())
+def at_least_two_nonzero(x: torch.Tensor) -> torch.Tensor:
+    return x[x != 0]
+
+
+@at_least_two_nonzero.register_fake
+def _(x):
+    return x.new_empty(torch.library.get_ctx().new_dynamic_size(min=2, max=x.shape[0]))
+
+
+def test_the_fake_kernels_size_range_is_checked_at_run_time():
+    ep = gp.export(lambda x: at_least_two_nonzero(x) + 1, (torch.tensor([1.0, 0.0, 2.0]),))
+    for program in (ep, ep.run_decompositions()):
+        torch.testing.assert_close(program.module()(torch.tensor([3.0, 4.0, 0.0])), torch.tensor([4.0, 5.0]))
+        with pytest.raises(RuntimeError, match="u0 >= 2"):
+            program.module()(torch.tensor([3.0, 0.0, 0.0]))
+
+
+def test_a_size_computed_from_a_data_dependent_size_is_refused():
+    lib = torch.library.Library("gp_corpus_dd", "DEF")
+    lib.define("pairs(Tensor x) -> Tensor")
+    lib.impl("pairs", lambda x: x[x != 0].repeat(2), "CPU")
+    torch.library.register_fake("gp_corpus_dd::pairs",
+                                lambda x: x.new_empty(2 * torch.library.get_ctx().new_dynamic_size()), lib=lib)
+    with pytest.raises(gp.DataDependentError, match="cannot read back at run time") as info:
+        gp.export(lambda x: torch.ops.gp_corpus_dd.pairs(x) + 1, (torch.randn(5),))
+    assert "fix:" in str(info.value) and isinstance(info.value, RuntimeError)
 
 
 def test_custom_op_without_fake_kernel_says_how_to_register_one():
@@ -260,3 +315,77 @@ def test_custom_op_returning_a_view_is_refused():
     with pytest.raises(gp.UnsupportedFeatureError, match="returns a view") as info:
         gp.export(lambda x: torch.ops.gp_corpus_view.first_row_(x) + 1, (torch.randn(3, 2),))
     assert "fix:" in str(info.value)
+
+
+_lib_cia = torch.library.Library("gp_corpus_cia", "DEF")
+_lib_cia.define("accumulate_twice(Tensor(a!) total, Tensor x) -> Tensor")
+
+
+def _accumulate_twice(total, x):
+    total.add_(x)
+    return x * 2
+
+
+_lib_cia.impl("accumulate_twice", _accumulate_twice, "CPU")
+torch.library.register_fake("gp_corpus_cia::accumulate_twice", lambda total, x: torch.empty_like(x), lib=_lib_cia)
+_lib_cia.define("accumulate_composite(Tensor(a!) total, Tensor x) -> Tensor")
+_lib_cia.impl("accumulate_composite", _accumulate_twice, "CompositeImplicitAutograd")
+
+
+class MutatingWithDecompositions(nn.Module):
+    """A mutating op with only a backend kernel (the user's table may name it), and one
+    whose kernel is a composite (capture expands it, as any composite that writes)."""
+
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("total", torch.zeros(4))
+
+    def forward(self, x, acc):
+        r = torch.ops.gp_corpus_cia.accumulate_twice(self.total, x)
+        torch.ops.gp_corpus_cia.accumulate_composite(acc, x)
+        accumulate(acc, r)
+        return r + 1
+
+
+def _live_operators(program) -> Counter:
+    """Operators whose results are used, auto_functionalized under one name (torch's lowering
+    writes the v2 form and drops calls whose results are unused)."""
+    live = set()
+    for node in reversed(program.graph.nodes):
+        if node.op == "output" or node in live:
+            live.update(node.all_input_nodes)
+            live.add(node)
+    return Counter(str(n.target).replace("auto_functionalized_v2", "auto_functionalized") for n in live
+                   if n.op == "call_function" and str(n.target) != "<built-in function getitem>")
+
+
+@pytest.mark.parametrize("table", ["names the mutating ops", "core", "empty"])
+def test_a_table_entry_for_a_mutating_custom_op_keeps_it_functionalized_as_in_torch(table):
+    def tables():
+        def decompose_accumulate_twice(total, x):
+            total.add_(x)
+            return x * 2
+        entries = {torch.ops.gp_corpus_cia.accumulate_twice.default: decompose_accumulate_twice,
+                   torch.ops.gp_corpus.accumulate.default: lambda total, x: total.add_(x)}
+        return {"names the mutating ops": entries, "core": None, "empty": {}}[table]
+
+    model = MutatingWithDecompositions()
+    args = (torch.randn(4), torch.randn(4))
+    ep = gp.export(model, tuple(a.clone() for a in args))
+    ours = ep.run_decompositions(tables())
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        theirs = torch.export.export(MutatingWithDecompositions(), tuple(a.clone() for a in args))
+        theirs = theirs.run_decompositions(tables())
+    assert _live_operators(ours) == _live_operators(theirs)
+    assert _live_operators(ours)["auto_functionalized"] == 2
+    assert "gp_corpus_cia.accumulate_composite.default" not in operators(ep)
+    assert [(s.kind.name, s.target) for s in ours.graph_signature.output_specs] == \
+        [(s.kind.name, s.target) for s in theirs.graph_signature.output_specs]
+    runner, eager = ours.module(), MutatingWithDecompositions()
+    for _ in range(2):   # the buffer carries over between calls
+        x, acc = torch.randn(4), torch.randn(4)
+        ours_acc, eager_acc = acc.clone(), acc.clone()
+        torch.testing.assert_close(runner(x, ours_acc), eager(x, eager_acc))
+        torch.testing.assert_close(ours_acc, eager_acc)
+        torch.testing.assert_close(runner.get_buffer("total"), eager.total)

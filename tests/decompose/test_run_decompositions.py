@@ -212,3 +212,67 @@ def test_lowering_an_lstm_does_not_depend_on_the_cpu_backend():
     assert not any("mkldnn" in op for op in operators(core))
     torch.testing.assert_close(core.module()(x), model(x))
     assert torch.backends.mkldnn.is_available() is False or torch._C._get_mkldnn_enabled()
+
+
+class PoolOverTokens(nn.Module):
+    """Swin's pooler: average over a transposed sequence. adaptive_avg_pool2d's composite
+    kernel restrides its fresh channels-last result in place (`as_strided_`)."""
+
+    def forward(self, x):
+        return nn.functional.adaptive_avg_pool1d((x * 2).transpose(1, 2), 1).flatten(1) + 1
+
+
+@pytest.mark.parametrize("dynamic", [False, True], ids=["static", "dynamic"])
+def test_a_composite_that_restrides_its_own_result_lowers_as_in_torch(dynamic):
+    x = torch.randn(2, 6, 4)
+    ep = gp.export(PoolOverTokens(), (x,), dynamic_shapes=({0: gp.Dim("b")},) if dynamic else None)
+    core = ep.run_decompositions()
+    gp.verify(core, dialect="core_aten")
+    theirs = torch_program(PoolOverTokens(), (x,), ({0: torch.export.Dim("b")},) if dynamic else None)
+    assert operators(core) == operators(theirs.run_decompositions())
+    assert "aten.as_strided.default" in operators(core)
+    for batch in (2, 1, 5, 0) if dynamic else (2,):
+        fresh = torch.randn(batch, 6, 4)
+        torch.testing.assert_close(core.module()(fresh), PoolOverTokens()(fresh))
+
+
+def test_restriding_an_input_in_place_is_still_refused():
+    def f(x):
+        x.as_strided_((2, 2), (1, 2))
+        return x + 1
+
+    with pytest.raises(gp.UnsupportedFeatureError, match="changes a tensor's shape or strides in place") as info:
+        gp.export(f, (torch.randn(2, 2),))
+    assert isinstance(info.value, RuntimeError) and "test_run_decompositions.py" in str(info.value)
+
+
+class ScaledByItsSum(nn.Module):
+    def forward(self, x):
+        return x * x.sum().item()
+
+
+@pytest.mark.parametrize("which", ["core", "empty"])
+def test_item_lowers_to_local_scalar_dense_and_stays_under_an_empty_table(which):
+    x = torch.randn(3)
+    table = None if which == "core" else {}
+    ours = gp.export(ScaledByItsSum(), (x,)).run_decompositions(table)
+    theirs = torch_program(ScaledByItsSum(), (x,)).run_decompositions(table)
+    kept = {"aten.item.default", "aten._local_scalar_dense.default"}
+    assert {op for op in operators(ours) if op in kept} == {op for op in operators(theirs) if op in kept} == \
+        {"aten._local_scalar_dense.default" if which == "core" else "aten.item.default"}
+    fresh = torch.randn(3)
+    torch.testing.assert_close(ours.module()(fresh), ScaledByItsSum()(fresh))
+
+
+def test_lowering_a_cond_lifts_no_constants_from_its_branches():
+    def f(x, y):
+        return torch.cond(x.shape[0] > 2, lambda a, b: a + b, lambda a, b: a - b, (x, y))
+
+    x, y = torch.randn(3, 2), torch.randn(3, 2)
+    ep = gp.export(f, (x, y), dynamic_shapes=({0: gp.Dim("n")}, {0: gp.Dim("n")}))
+    core = ep.run_decompositions()
+    assert core.graph_signature.input_specs == ep.graph_signature.input_specs
+    assert [n.name for n in core.graph.nodes if n.op == "placeholder"] == ["x", "y"]
+    for n in (3, 2):
+        a, b = torch.randn(n, 2), torch.randn(n, 2)
+        torch.testing.assert_close(core.module()(a, b), f(a, b))

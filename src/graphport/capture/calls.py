@@ -102,8 +102,11 @@ class ModuleCalls:
             self.rec.module_stack.pop()
 
     def _argument(self, value: Any):
-        """The signature entry of one boundary leaf; its node is kept through dead-code elimination."""
-        node = self.rec.graph_arg(value)
+        """The signature entry of one boundary leaf; its node is kept through dead-code elimination.
+        Hooks run in the program's code, under the capture mode: the size nodes a leaf may need
+        compute their values on meta tensors outside it (they are no constants of the program)."""
+        with _torch.outside_dispatch_modes():
+            node = self.rec.graph_arg(value)
         if not isinstance(node, fx.Node):
             return ConstantArgument("", node)
         self.rec.user_calls.add(node)

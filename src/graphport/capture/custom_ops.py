@@ -13,10 +13,14 @@ from __future__ import annotations
 
 from typing import Any
 
+import sympy
 import torch
 
 from .. import _torch
 from ..errors import DataDependentError, UnsupportedFeatureError
+from ..shapes.expr import INF
+from ..shapes.node import SymNode
+from .data_dependent import assert_fact, bind_symbol, shape_env
 
 pytree = _torch.pytree
 
@@ -27,32 +31,72 @@ def is_custom(op) -> bool:
                                                                        "_quantized", "mkldnn", "higher_order")
 
 
-def run_fake_kernel(op: _torch.OpOverload, meta_args: tuple, meta_kwargs: dict) -> Any:
-    """A custom op's output metadata, from its fake kernel when it has a Python one. A fake
-    kernel that asks for a data-dependent output size (`torch.library.get_ctx()
-    .new_dynamic_size()`) is refused with graphport's error: capture has no data-dependent
-    size symbols yet."""
+def run_fake_kernel(op: _torch.OpOverload, meta_args: tuple, meta_kwargs: dict, mode) -> Any:
+    """A custom op's output metadata, from its fake kernel when it has a Python one. A size
+    the fake kernel asks for with `torch.library.get_ctx().new_dynamic_size()` is a fresh
+    data-dependent symbol, bound to the output's size once the op is recorded
+    (`bind_output_sizes`), as for `nonzero`."""
     kernel = _torch.fake_kernel(op)
     if kernel is None:
         return op(*meta_args, **meta_kwargs)
-    with _torch.fake_kernel_context(lambda: _NoDynamicSizes(op)):
+    with _torch.fake_kernel_context(lambda: _FakeKernelContext(op, mode)):
         return kernel(*meta_args, **meta_kwargs)
 
 
-class _NoDynamicSizes:
-    """The context a fake kernel gets from `torch.library.get_ctx()` during capture."""
+class _FakeKernelContext:
+    """What `torch.library.get_ctx()` gives a fake kernel during capture."""
 
-    def __init__(self, op):
+    def __init__(self, op, mode):
         self.op = op
+        self.mode = mode
 
-    def new_dynamic_size(self, *args, **kwargs):
-        raise DataDependentError(
-            f"the custom operator {self.op.name()} returns a tensor whose size depends on its input's values "
-            "(its fake kernel calls ctx.new_dynamic_size()); graphport cannot capture data-dependent sizes yet",
-            fix="give the operator an output of a size computed from its inputs' shapes (for example pad to the "
-                "largest possible size and return the count as a tensor), or call it outside the exported code")
+    def new_dynamic_size(self, *, min: int = 0, max: int | None = None) -> torch.SymInt:
+        # bounds given as symbolic sizes stay unknown to reasoning (and unchecked): a size is >= 0
+        min = min if isinstance(min, int) else 0
+        max = max if isinstance(max, int) else None
+        if min < 0 or (max is not None and max < min):
+            raise DataDependentError(
+                f"the fake kernel of {self.op.name()} asks for a data-dependent size in [{min}, {max}]",
+                fix="give new_dynamic_size a range of sizes: 0 <= min <= max")
+        env = shape_env(self.mode)
+        sym = env.unbacked.new(int, min, INF if max is None else max, f"an output size of {self.op.name()}",
+                               size_like=True)
+        return torch.SymInt(SymNode(sym, env, int))
 
     create_unbacked_symint = new_dynamic_size
+
+
+def bind_output_sizes(mode, outputs: Any) -> None:
+    """Bind each data-dependent size a fake kernel made to `sym_size` of the first output
+    dimension that is that size, so the program computes it at run time. A size no output
+    dimension is exactly (`2 * u0`) cannot be computed back and is refused."""
+    rec = mode.rec
+    if rec.sizes is None:
+        return
+    env, pending = rec.sizes.env, []
+    for t in pytree.tree_leaves(outputs):
+        if not isinstance(t, torch.Tensor):
+            continue
+        for dim, size in enumerate(t.shape):
+            if isinstance(size, torch.SymInt):
+                for sym in env.unbacked.involved(size.node.expr):
+                    if sym not in rec.sizes.cache:
+                        pending.append((sym, size.node.expr == sym, t, dim))
+    for sym, exact, t, dim in sorted(pending, key=lambda p: not p[1]):   # a dimension that is the size first
+        if sym in rec.sizes.cache:
+            continue
+        if not exact:
+            raise DataDependentError(
+                f"the fake kernel of a custom operator gives an output size {t.shape[dim]} computed from a "
+                "data-dependent size, which graphport cannot read back at run time",
+                fix="make one output dimension the size new_dynamic_size() returned, as it is")
+        node = rec.node(torch.ops.aten.sym_size.int, (rec.value(t), dim), {}, torch.SymInt(SymNode(sym, env, int)))
+        bind_symbol(rec, sym, node)
+        declared = env.unbacked.infos[sym].range   # the fake kernel's promise, checked where it runs
+        if declared.lower > 0:
+            assert_fact(rec, SymNode(sympy.Ge(sym, declared.lower, evaluate=False), env, bool))
+        if declared.upper != INF:
+            assert_fact(rec, SymNode(sympy.Le(sym, declared.upper, evaluate=False), env, bool))
 
 
 def functionalize(mode, op: _torch.OpOverload, bound: dict[str, Any], mutated: tuple[str, ...]) -> Any:
@@ -77,6 +121,7 @@ def functionalize(mode, op: _torch.OpOverload, bound: dict[str, Any], mutated: t
     node = mode.rec.node(hop, (op,), node_kwargs, val)
     mode.rec.user_calls.add(node)
     results = mode.rec.wrap(val, node, mode._device((), bound))
+    bind_output_sizes(mode, results)
     for name, new in zip(mutated, results[len(first):]):
         if bound.get(name) is not None:
             mode.write(bound[name], new)

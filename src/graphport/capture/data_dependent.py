@@ -44,7 +44,7 @@ def shape_env(mode) -> ShapeEnv:
     return env
 
 
-def _bind(rec, sym: sympy.Symbol, node) -> None:
+def bind_symbol(rec, sym: sympy.Symbol, node) -> None:
     """The graph value that computes `sym` at run time."""
     rec.sizes.cache[sym] = node
     rec.sizes.env.unbacked.infos[sym].node = node.name
@@ -54,10 +54,10 @@ def _assert_from_user_code(rec, cond: SymNode) -> None:
     """torch._check runs in the user's code, where the capture mode is active: the nodes
     that compute the check are made outside it, as inside an operator's dispatch."""
     with _torch.outside_dispatch_modes():
-        _assert(rec, cond)
+        assert_fact(rec, cond)
 
 
-def _assert(rec, cond: SymNode) -> None:
+def assert_fact(rec, cond: SymNode) -> None:
     """An `aten._assert_scalar` node checking a fact the program stated, with its line."""
     value = rec.sym_value(torch.SymBool(cond))
     if not isinstance(value, torch.fx.Node):
@@ -102,7 +102,7 @@ def local_scalar_dense(mode, func, t):
         value = torch.SymInt(SymNode(sym, env, int))
     node = rec.node(func, (rec.graph_arg(t),), {}, value)
     rec.user_calls.add(node)
-    _bind(rec, sym, node)
+    bind_symbol(rec, sym, node)
     return value
 
 
@@ -137,7 +137,7 @@ def constrain_range(mode, size, min=None, max=None, *, for_size: bool):
     for stated in ([sympy.Ge(expr, lower, evaluate=False)] if lower is not None else []) + \
             ([sympy.Le(expr, max, evaluate=False)] if max is not None else []):
         if env.static_value(stated) is None:
-            _assert(rec, SymNode(stated, env, bool))
+            assert_fact(rec, SymNode(stated, env, bool))
         env.assume(stated)
     target = aten.sym_constrain_range_for_size.default if for_size else aten.sym_constrain_range.default
     kwargs = {k: v for k, v in (("min", min), ("max", max)) if v is not None}
@@ -166,7 +166,7 @@ def _record(mode, func, args, kwargs, val, sizes: list[tuple[sympy.Symbol, int, 
     for sym, index, dim in sizes:
         size_node = rec.node(aten.sym_size.int, (rec.value(outs[index]), dim), {},
                              torch.SymInt(SymNode(sym, rec.sizes.env, int)))
-        _bind(rec, sym, size_node)
+        bind_symbol(rec, sym, size_node)
     return out
 
 
@@ -257,7 +257,7 @@ def slice_tensor(mode, x, dim=0, start=None, end=None, step=1):
     node = rec.node(aten.slice.Tensor, node_args, {}, val)
     rec.user_calls.add(node)
     out = rec.wrap(val, node, x.device, view_of=x, step=(aten.slice.Tensor, tuple(node_args[1:]), {}))
-    _bind(rec, u, rec.node(aten.sym_size.int, (node, dim), {}, _sym(env, u)))
+    bind_symbol(rec, u, rec.node(aten.sym_size.int, (node, dim), {}, _sym(env, u)))
     return out
 
 
@@ -297,7 +297,9 @@ def rules() -> dict:
     """Operator -> capture rule, for the capture mode."""
     return {
         aten._local_scalar_dense.default: lambda mode, t: local_scalar_dense(mode, aten._local_scalar_dense.default, t),
-        aten.item.default: lambda mode, t: local_scalar_dense(mode, aten.item.default, t),
+        # `item` is a composite reading `_local_scalar_dense`: a lowering that expands it records that
+        aten.item.default: lambda mode, t: local_scalar_dense(
+            mode, aten.item.default if mode.policy.keep(aten.item.default) else aten._local_scalar_dense.default, t),
         aten.slice.Tensor: slice_tensor,
         aten.select.int: select_int,
         aten.nonzero.default: nonzero,

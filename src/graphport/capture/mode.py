@@ -18,6 +18,7 @@ from ..ops.kinds import DATA_DEPENDENT_SHAPE, DATA_READS, METADATA_MUTATING, Kin
 from ..ops.policy import EXPORT_DEFAULT, DispatchPolicy, python_decomposition
 from ..ops.views import ViewInverseMismatch, ViewWriteError, addresses_base_storage
 from . import example_answers
+from ..passes.metadata import DEVICE_KEY
 from .data_dependent import mask_index, rules as data_dependent_rules, truth
 from . import custom_ops
 from .environment import register_higher_order_rules
@@ -169,7 +170,7 @@ class CaptureMode(_torch.TorchDispatchMode):
             if not cache:
                 return func(*meta_args, **meta_kwargs)
             if custom_ops.is_custom(func):
-                return custom_ops.run_fake_kernel(func, meta_args, meta_kwargs)
+                return custom_ops.run_fake_kernel(func, meta_args, meta_kwargs, self)
             return self.rec.meta_cache.run(func, meta_args, meta_kwargs, lambda: func(*meta_args, **meta_kwargs))
         except (NotImplementedError, RuntimeError, ValueError, TypeError, IndexError) as e:
             if isinstance(e, GraphportError):
@@ -193,7 +194,10 @@ class CaptureMode(_torch.TorchDispatchMode):
         device = self._device(args, kwargs)
         if view and isinstance(args[0], TracerTensor):
             return self.rec.wrap(val, node, device, view_of=args[0], step=(func, tuple(node_args[1:]), node_kwargs))
-        return self.rec.wrap(val, node, device)
+        out = self.rec.wrap(val, node, device)
+        if custom_ops.is_custom(func):
+            custom_ops.bind_output_sizes(self, out)   # sizes its fake kernel made data-dependent
+        return out
 
     def call_kept_composite(self, func, args, kwargs):
         """A composite op kept as one node. Its output metadata comes from running its
@@ -239,6 +243,8 @@ class CaptureMode(_torch.TorchDispatchMode):
             if func is aten.copy_.default and _overwrites_input(self.rec, target, args[1]):
                 self.write(target, args[1])  # the input's new value is the source itself
                 return target
+            if func is aten.as_strided_.default and self._computed_here(target):
+                return self.restride(target, args, kwargs)
             if func.overloadpacket.__name__ in METADATA_MUTATING:
                 raise UnsupportedFeatureError(
                     f"the in-place operator {func} changes a tensor's shape or strides in place",
@@ -262,6 +268,28 @@ class CaptureMode(_torch.TorchDispatchMode):
                 self.write(bound[name], value)
         kept = tuple(result[:n_returns])
         return kept[0] if n_returns == 1 else kept
+
+    def _computed_here(self, t) -> bool:
+        """Whether `t` is a tensor the code being recorded computed in this scope: not an
+        input, a buffer, a constant or a view, and unknown to enclosing scopes."""
+        scope = self.rec.scope
+        return (isinstance(t, TracerTensor) and t.gp_base is None and id(t) not in self.rec.placeholder_tracers
+                and scope.bound_here(t) is not None and (scope.parent is None or scope.parent.find(t) is None))
+
+    def restride(self, target: TracerTensor, args, kwargs) -> TracerTensor:
+        """`as_strided_` on a tensor computed here: composite kernels restride their fresh
+        outputs this way (adaptive_avg_pool2d's channels-last result). As torch's
+        functionalization does, the tensor stands for `as_strided` of its value from now on;
+        its data is unchanged, so views taken before keep theirs."""
+        val = self.run_meta(aten.as_strided.default, args, kwargs, cache=False)
+        node_args, node_kwargs = pytree.tree_map(self.rec.graph_arg, (args, kwargs))
+        node = self.rec.node(aten.as_strided.default, node_args, node_kwargs, val)
+        node.meta.setdefault(DEVICE_KEY, target.device)
+        with _torch.skip_torch_dispatch():
+            torch.Tensor.as_strided_(target, *args[1:], **kwargs)
+        target.gp_meta = val
+        self.rec.scope.bind(target, node, target.gp_version)
+        return target
 
     def write(self, target, value: TracerTensor, fill: Any = None) -> None:
         """Make `target` hold `value` from now on, as an in-place write would (`fill`: the

@@ -56,6 +56,7 @@ class ReplayInputs:
     constant_targets: dict[str, str] = field(default_factory=dict)     # placeholder name -> its target
     user_inputs: list[str] = field(default_factory=list)   # user-input placeholder names, in flat order
     env: Any = None                                   # the program's ShapeEnv, when its sizes are symbolic
+    named: frozenset[str] = frozenset()   # nodes named outside the graph (preserved call signatures)
 
 
 @dataclass
@@ -63,6 +64,7 @@ class Replayed:
     graph_module: fx.GraphModule
     new_constants: dict[str, str]          # placeholder name -> target of a constant the replay lifted
     constant_values: dict[str, torch.Tensor]   # target -> tensor, for those
+    renamed: dict[str, Any]                # name in `named` -> its value's node name now (or the constant it is)
 
 
 def replay(gm: fx.GraphModule, policy: DispatchPolicy, inputs: ReplayInputs) -> Replayed:
@@ -89,6 +91,8 @@ def replay(gm: fx.GraphModule, policy: DispatchPolicy, inputs: ReplayInputs) -> 
             if node.op == "output":
                 outputs = [_graph_value(rec, v) for v in pytree.tree_map_only(fx.Node, values.__getitem__,
                                                                                node.args[0])]
+                named = {n.name: _graph_value(rec, values[n]) for n in values if n.name in inputs.named}
+                keep.update(v for v in named.values() if isinstance(v, fx.Node))
                 _inherit(rec.graph, mark, last_meta)
                 rec.graph.output(tuple(outputs))
                 break
@@ -101,8 +105,9 @@ def replay(gm: fx.GraphModule, policy: DispatchPolicy, inputs: ReplayInputs) -> 
                         inputs.user_inputs[0] if inputs.user_inputs else None)
     eliminate_dead_code(rec.graph, keep)
     new_constants = {name: target for name, target in rec.constant_targets.items()}
+    renamed = {name: value.name if isinstance(value, fx.Node) else value for name, value in named.items()}
     return Replayed(fx.GraphModule(owner, rec.graph, class_name="GraphModule"), new_constants,
-                    {t: v for t, v in rec.constant_values.items() if t not in known})
+                    {t: v for t, v in rec.constant_values.items() if t not in known}, renamed)
 
 
 @contextlib.contextmanager
@@ -144,7 +149,8 @@ def _run(rec: Recorder, gm: fx.GraphModule, node: fx.Node, values: dict, policy:
         if not isinstance(sub, fx.GraphModule):
             raise UnsupportedFeatureError(f"the program reads the attribute {node.target}, which is not a subgraph",
                                           fix="export the program with graphport, whose graphs read no attributes")
-        lowered = replay(sub, policy, ReplayInputs(devices=inputs.devices)).graph_module
+        with _torch.outside_dispatch_modes():   # its meta computations are not this graph's constants
+            lowered = replay(sub, policy, ReplayInputs(devices=inputs.devices)).graph_module
         owner.add_module(node.target, lowered)
         made = rec.root.graph.get_attr(node.target)
         made.meta.update(node.meta)

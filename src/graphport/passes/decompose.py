@@ -12,6 +12,7 @@ was not exported with, which `_no_new_shape_facts` checks.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 from typing import Any, Callable
 
 import torch
@@ -41,8 +42,11 @@ def run_decompositions(ep: ExportedProgram, decomp_table: dict[Any, Callable] | 
     table = default_decompositions() if decomp_table is None else decomp_table
     table = table.materialize() if isinstance(table, DecompositionTable) else dict(table)
     env = _shape_env(ep.graph)
+    named = frozenset(arg.name for entry in ep.module_call_graph if entry.signature is not None
+                      for arg in entry.signature.inputs + entry.signature.outputs
+                      if not isinstance(arg, ConstantArgument))
     with _no_new_shape_facts(env):
-        replayed = replay(ep.graph_module, TablePolicy(table), _replay_inputs(ep, env))
+        replayed = replay(ep.graph_module, TablePolicy(table), _replay_inputs(ep, env, named))
     graph = replayed.graph_module.graph
     input_specs = list(ep.graph_signature.input_specs)
     first_user = next((i for i, s in enumerate(input_specs) if s.kind is InputKind.USER_INPUT), len(input_specs))
@@ -53,7 +57,7 @@ def run_decompositions(ep: ExportedProgram, decomp_table: dict[Any, Callable] | 
                     for spec, value in zip(ep.graph_signature.output_specs, out_values)]
     lowered = ExportedProgram(
         replayed.graph_module, ExportGraphSignature(input_specs, output_specs), dict(ep.state_dict),
-        dict(ep.range_constraints), [ModuleCallEntry(e.fqn, e.signature, e.alias_of) for e in ep.module_call_graph],
+        dict(ep.range_constraints), [_renamed(e, replayed.renamed) for e in ep.module_call_graph],
         ep.example_inputs, {**ep.constants, **replayed.constant_values}, list(ep.input_paths),
         dict(ep.input_aliases), ep.shape_contract, list(ep.shape_report))
     verify(lowered, dialect="core_aten" if decomp_table is None else "default")
@@ -61,7 +65,23 @@ def run_decompositions(ep: ExportedProgram, decomp_table: dict[Any, Callable] | 
     return lowered
 
 
-def _replay_inputs(ep: ExportedProgram, env) -> ReplayInputs:
+def _renamed(entry: ModuleCallEntry, renamed: dict[str, Any]) -> ModuleCallEntry:
+    """A preserved call's signature naming the lowered program's nodes: a value the lowering
+    computes another way has another node (`linear` becomes `addmm`), or is now a constant."""
+    if entry.signature is None:
+        return ModuleCallEntry(entry.fqn, None, entry.alias_of)
+
+    def arg(a):
+        if isinstance(a, ConstantArgument) or a.name not in renamed:
+            return a
+        now = renamed[a.name]
+        return dataclasses.replace(a, name=now) if isinstance(now, str) else ConstantArgument(a.name, now)
+    signature = dataclasses.replace(entry.signature, inputs=[arg(a) for a in entry.signature.inputs],
+                                    outputs=[arg(a) for a in entry.signature.outputs])
+    return ModuleCallEntry(entry.fqn, signature, entry.alias_of)
+
+
+def _replay_inputs(ep: ExportedProgram, env, named: frozenset[str]) -> ReplayInputs:
     sig = ep.graph_signature
     devices: dict[str, torch.device] = {}
     constants: dict[str, torch.Tensor] = {}
@@ -78,7 +98,7 @@ def _replay_inputs(ep: ExportedProgram, env) -> ReplayInputs:
     if ep.example_inputs is not None:
         leaves = pytree.tree_leaves(ep.example_inputs)
         devices.update({name: leaf.device for name, leaf in zip(users, leaves) if isinstance(leaf, torch.Tensor)})
-    return ReplayInputs(devices, constants, targets, users, env)
+    return ReplayInputs(devices, constants, targets, users, env, named)
 
 
 def _shape_env(graph: fx.Graph):
