@@ -128,7 +128,7 @@ def load(f: PathOrFile, *, extra_files: dict[str, Any] | None = None,
 def _load(reader: ArchiveReader, extra_files: dict | None, weights: dict | None) -> ExportedProgram:
     doc = reader.read_json("graphport.json")
     stored = decode_safetensors(reader) if WEIGHTS in reader.members else {}
-    ep = program_from_json(doc, TensorBinder(stored), weights)
+    ep, env = program_from_json(doc, TensorBinder(stored), weights)
     declared = doc.get("extra_files")
     if not isinstance(declared, list) or sorted(f"extra/{n}" for n in declared if isinstance(n, str)) != \
             sorted(m for m in reader.members if m.startswith("extra/")):
@@ -138,7 +138,7 @@ def _load(reader: ArchiveReader, extra_files: dict | None, weights: dict | None)
             member = f"extra/{name}"
             if member in reader.members:
                 extra_files[name] = reader.read(member, reader.limits.max_extra_file_bytes).decode("utf-8", "replace")
-    check_graph(ep.graph_module, symbolic=doc.get("shape_env") is not None)
+    check_graph(ep.graph_module, env)
     finish_metadata(ep.graph_module)
     try:
         verify(ep)
