@@ -104,8 +104,19 @@ def _meta_value(value: Any) -> Any:
     if isinstance(value, fx.Node):
         if "val" not in value.meta:
             raise ArtifactError(f"node '{value.name}' has no recorded value (meta['val'])")
-        return _torch.pytree.tree_map_only(RuntimeValue, lambda v: v.gp_meta, value.meta["val"])
+        return _on_meta(value.meta["val"])
     return _META if isinstance(value, torch.device) else value
+
+
+def _on_meta(val: Any) -> Any:
+    """A recorded value with each RuntimeValue replaced by its meta twin (values are tensors,
+    symbolic or plain scalars, or lists and tuples of them: walked directly, as this runs
+    for every argument of every node)."""
+    if isinstance(val, RuntimeValue):
+        return val.gp_meta
+    if type(val) in (list, tuple):
+        return type(val)(_on_meta(v) for v in val)
+    return val
 
 
 def _difference(recorded: Any, computed: Any) -> str | None:
