@@ -142,6 +142,8 @@ def _check_comment_safe(value: Any, node: str, key: str) -> None:
     if isinstance(value, str):
         if "\r" in value or "\n" in value and key != "stack_trace":
             raise ArtifactError(f"node '{node}': meta['{key}'] holds a line break where none belongs")
+    elif isinstance(value, (torch.Tensor, int, float)) or value is None:   # the common leaves: nothing to print
+        return
     elif isinstance(value, (list, tuple)):
         for item in value:
             _check_comment_safe(item, node, key)
