@@ -5,7 +5,9 @@ SymNodes (shapes/node.py) behind torch.SymInt / SymFloat / SymBool. Saving write
 expression as a tree of named operations (no `str()` to parse back, no `eval`); loading
 rebuilds one ShapeEnv with the same symbols, example values (hints), ranges and
 replacements, and SymNodes over it, so the loaded program prints and reasons as the
-captured one did.
+captured one did. Data-dependent symbols (u0, ...) come back with their assumptions, ranges,
+the node bound to each and the facts the program stated about them. Expressions go
+through the one codec of shapes/expr_json.py, which bounds what a hostile file can build.
 """
 from __future__ import annotations
 
