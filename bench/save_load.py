@@ -2,16 +2,19 @@
 
 A GPT-2-medium-sized model (transformers config, random weights, ~350M parameters) is
 exported once by each exporter; each program is saved and loaded to a local file.
-Reports seconds per save and load, their ratios (graphport / torch), and the process's
-resident memory right after each load (graphport maps weights and reads them on use).
+Each round saves with both, then loads with both (who goes first alternates between
+rounds); reports each round's ratios (graphport / torch), the medians over the rounds, and
+the process's resident memory growth right after each load (graphport maps weights and
+reads them on use).
 
-    PYTHONPATH=src python bench/save_load.py [--layers 24] [--hidden 1024]
+    PYTHONPATH=src python bench/save_load.py [--layers 24] [--hidden 1024] [--rounds 3]
 """
 from __future__ import annotations
 
 import argparse
 import gc
 import os
+import statistics
 import tempfile
 import time
 
@@ -35,6 +38,7 @@ def main() -> None:
     parser.add_argument("--hidden", type=int, default=1024)
     parser.add_argument("--heads", type=int, default=16)
     parser.add_argument("--seq", type=int, default=16)
+    parser.add_argument("--rounds", type=int, default=3)
     opts = parser.parse_args()
     import transformers
     import graphport as gp
@@ -46,30 +50,45 @@ def main() -> None:
     ids = torch.randint(0, config.vocab_size, (1, opts.seq))
     ep_gp = gp.export(model, (ids,))
     ep_torch = torch.export.export(model, (ids,))
+    expected = ep_gp.module()(ids)
     del model
     gc.collect()
     folder = tempfile.mkdtemp(dir=os.environ.get("BENCH_TMP"))
     path_gp, path_torch = os.path.join(folder, "m.gport"), os.path.join(folder, "m.pt2")
-    _, save_torch = timed(lambda: torch.export.save(ep_torch, path_torch))
-    _, save_gp = timed(lambda: gp.save(ep_gp, path_gp))
-    expected = ep_gp.module()(ids)
-    del ep_gp, ep_torch
-    gc.collect()
-    base = rss_mib()
-    loaded_torch, load_torch = timed(lambda: torch.export.load(path_torch))
-    rss_torch = rss_mib() - base
-    del loaded_torch
-    gc.collect()
-    base = rss_mib()
-    loaded_gp, load_gp = timed(lambda: gp.load(path_gp))
-    rss_gp = rss_mib() - base
-    same = torch.equal(loaded_gp.module()(ids).logits, expected.logits)
+    sides = {
+        "graphport": (lambda: gp.save(ep_gp, path_gp), lambda: gp.load(path_gp)),
+        "torch.export": (lambda: torch.export.save(ep_torch, path_torch), lambda: torch.export.load(path_torch)),
+    }
+    times: dict[tuple[str, str], list[float]] = {(side, op): [] for side in sides for op in ("save", "load", "rss")}
+    same = None
+    for round_ in range(opts.rounds):
+        order = list(sides) if round_ % 2 == 0 else list(reversed(sides))   # alternate who goes first
+        for side in order:
+            _, seconds = timed(sides[side][0])
+            times[side, "save"].append(seconds)
+        for side in order:
+            gc.collect()
+            base = rss_mib()
+            loaded, seconds = timed(sides[side][1])
+            times[side, "rss"].append(rss_mib() - base)
+            times[side, "load"].append(seconds)
+            if side == "graphport" and same is None:
+                same = torch.equal(loaded.module()(ids).logits, expected.logits)
+            del loaded
+        print(f"round {round_ + 1}: " + ", ".join(
+            f"{op} {times['graphport', op][-1]:.2f}s / {times['torch.export', op][-1]:.2f}s = "
+            f"{times['graphport', op][-1] / times['torch.export', op][-1]:.2f}x" for op in ("save", "load")), flush=True)
     print(f"model: GPT-2 config n_layer={opts.layers} n_embd={opts.hidden}, {params / 1e6:.0f}M parameters, "
           f"archive {os.path.getsize(path_gp) / 2**20:.0f} MiB (graphport), "
           f"{os.path.getsize(path_torch) / 2**20:.0f} MiB (torch)")
-    print(f"save: graphport {save_gp:.2f}s, torch.export {save_torch:.2f}s, ratio {save_gp / save_torch:.2f}x")
-    print(f"load: graphport {load_gp:.2f}s, torch.export {load_torch:.2f}s, ratio {load_gp / load_torch:.2f}x")
-    print(f"RSS growth right after load: graphport {rss_gp:.0f} MiB, torch.export {rss_torch:.0f} MiB")
+    for op in ("save", "load"):
+        ours, theirs = times["graphport", op], times["torch.export", op]
+        ratios = sorted(a / b for a, b in zip(ours, theirs))
+        print(f"{op}: graphport median {statistics.median(ours):.2f}s, torch.export median "
+              f"{statistics.median(theirs):.2f}s, ratio of medians {statistics.median(ours) / statistics.median(theirs):.2f}x "
+              f"(per round {ratios[0]:.2f}x-{ratios[-1]:.2f}x, {opts.rounds} rounds, interleaved)")
+    print(f"RSS growth right after load (median): graphport {statistics.median(times['graphport', 'rss']):.0f} MiB, "
+          f"torch.export {statistics.median(times['torch.export', 'rss']):.0f} MiB")
     print(f"loaded graphport program's outputs identical to the original: {same}")
     for p in (path_gp, path_torch):
         os.unlink(p)

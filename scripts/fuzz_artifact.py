@@ -3,7 +3,7 @@
 Every case must either load or raise ArtifactError; anything else (another exception, a
 crash) is printed with the seed that reproduces it, and the run fails.
 
-    PYTHONPATH=src python scripts/fuzz_artifact.py --cases 100000 [--seed 0]
+    PYTHONPATH=src python scripts/fuzz_artifact.py --cases 100000 [--seed 0] [--program data_dependent]
 """
 from __future__ import annotations
 
@@ -22,15 +22,20 @@ import torch  # noqa: E402
 import graphport as gp  # noqa: E402
 from tests.serde.helpers import saved  # noqa: E402
 from tests.serde.mutations import mutate  # noqa: E402
-from tests.serde.test_fuzz import Small  # noqa: E402
+from tests.serde.test_fuzz import Small, data_dependent_program  # noqa: E402
 
 
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--cases", type=int, default=100_000)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--program", choices=("dynamic", "data_dependent"), default="dynamic",
+                        help="the archive mutated: a small dynamic program, or one with data-dependent sizes")
     opts = parser.parse_args()
-    ep = gp.export(Small(), (torch.randn(5, 4),), dynamic_shapes={"x": {0: gp.Dim("n", min=2, max=32)}})
+    if opts.program == "dynamic":
+        ep = gp.export(Small(), (torch.randn(5, 4),), dynamic_shapes={"x": {0: gp.Dim("n", min=2, max=32)}})
+    else:
+        ep = data_dependent_program()
     archive = saved(ep)
     counts = {"loaded": 0, "refused": 0, "other": 0}
     start = time.perf_counter()

@@ -40,7 +40,7 @@ __all__ = ["OpOverload", "HigherOrderOperator", "TorchDispatchMode", "enable_pyt
            "set_compiler_flags", "hop_entry_module", "decomposition_table", "python_reference", "while_loop",
            "scan", "outside_dispatch_modes", "core_aten_decompositions", "auto_functionalized", "cpu_backend_kernels",
            "fake_kernel", "fake_kernel_context", "composite_implicit_op_names", "is_core_aten",
-           "skip_torch_dispatch"]
+           "skip_torch_dispatch", "lazy_graph_module"]
 
 _CIA = torch._C.DispatchKey.CompositeImplicitAutograd
 _META_CAPABLE = (torch._C.DispatchKey.Meta, torch._C.DispatchKey.CompositeExplicitAutograd,
@@ -154,3 +154,11 @@ def hop_entry_module():
     operator (torch.cond, while_loop, map, scan) funnels through outside torch.compile."""
     import torch._higher_order_ops.utils as hop_utils
     return hop_utils
+
+
+def lazy_graph_module(root: torch.nn.Module, graph: torch.fx.Graph) -> torch.fx.GraphModule:
+    """A GraphModule whose Python code is generated on first call or first read of `.code`,
+    not when it is made (graphport.load makes graphs that are printed or rebuilt before
+    they ever run)."""
+    from torch.fx._lazy_graph_module import _LazyGraphModule
+    return _LazyGraphModule(root, graph, class_name="GraphModule")

@@ -31,26 +31,10 @@ FAST = {("mlp", "static"), ("mlp", "dynamic")}
 # torch.export's own run_decompositions fails on these (a view over its attention layout):
 # graphport's is compared with eager only.
 TORCH_FAILS = {"gpt2"}
-# Known gaps, each failing the test the same way (strict xfails). Both models give an
-# attention mask computed from a parameter (a position bias): eager, and torch.export
-# (autograd on), then pick the math attention kernel, whose contiguous output makes the
-# model's `.contiguous()` after a transpose a copy. graphport's capture does not propagate
-# requires_grad, so it takes the fused kernel's layout and records no copy; lowered, a
-# linear then reads a non-contiguous input (bmm where torch's program has mm / addmm).
-# The values match eager either way.
-GAPS = {
-    "t5": "capture does not propagate requires_grad: attention takes the fused kernel's layout, not math's",
-    "swin": "capture does not propagate requires_grad: attention takes the fused kernel's layout, not math's",
-}
 
 
 def _params() -> list:
-    def marks(name, kind):
-        found = [] if (name, kind) in FAST else [pytest.mark.slow]
-        if name in GAPS:
-            found.append(pytest.mark.xfail(reason=GAPS[name], strict=True, raises=AssertionError))
-        return found
-    return [pytest.param(name, kind, id=f"{name}-{kind}", marks=marks(name, kind))
+    return [pytest.param(name, kind, id=f"{name}-{kind}", marks=[] if (name, kind) in FAST else [pytest.mark.slow])
             for name, entry in zoo.MODELS.items() if not entry.meta for kind in ("static", "dynamic")]
 
 

@@ -29,7 +29,7 @@ def assert_same_outputs(a, b) -> None:
 
 def _bytes(t: torch.Tensor) -> torch.Tensor:
     """The tensor's values as raw bytes: bit for bit, NaNs and signed zeros included."""
-    return t.contiguous().view(torch.uint8) if t.numel() else t
+    return t.contiguous().reshape(-1).view(torch.uint8) if t.numel() else t
 
 
 def round_trip(ep, tmp_path, *inputs: tuple) -> gp.ExportedProgram:

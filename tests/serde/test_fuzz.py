@@ -36,3 +36,31 @@ def test_mutated_archives_load_or_raise_artifact_error():
         except gp.ArtifactError:
             outcomes["refused"] += 1
     assert outcomes["refused"] > 1000 and outcomes["loaded"] > 0
+
+
+class Counted(torch.nn.Module):
+    """Data-dependent sizes: a count read with .item() and checked, and a boolean mask."""
+
+    def forward(self, x, n):
+        k = n.item()
+        torch._check(k >= 0)
+        torch._check(k <= x.shape[0])
+        return x[:k] * 2, x[x > 0].sum()
+
+
+def data_dependent_program() -> gp.ExportedProgram:
+    return gp.export(Counted(), (torch.randn(6), torch.tensor(3)))
+
+
+def test_mutated_data_dependent_archives_load_or_raise_artifact_error():
+    archive = saved(data_dependent_program())
+    rng = random.Random(7)
+    outcomes = {"loaded": 0, "refused": 0}
+    for _ in range(250):
+        case = mutate(archive, rng)
+        try:
+            gp.load(io.BytesIO(case))
+            outcomes["loaded"] += 1
+        except gp.ArtifactError:
+            outcomes["refused"] += 1
+    assert outcomes["refused"] > 100 and outcomes["loaded"] > 0

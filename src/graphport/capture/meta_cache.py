@@ -62,5 +62,27 @@ class MetaCache:
             self.hits += 1
             return _rebuild(found)
         out = compute()
-        self.entries[key] = out
+        if not _new_symbols(out, key):   # a data-dependent size (nonzero's row count) is new at every call
+            self.entries[key] = out
         return out
+
+
+def _new_symbols(out, key) -> bool:
+    """Whether the result's sizes use a symbol its arguments do not: a fresh data-dependent
+    symbol, which a cached answer would wrongly share between two calls."""
+    sizes = []
+    for leaf in out if isinstance(out, (list, tuple)) else (out,):
+        if isinstance(leaf, torch.Tensor):
+            sizes += [*leaf.shape, *leaf.stride(), leaf.storage_offset()]
+        elif isinstance(leaf, (torch.SymInt, torch.SymFloat, torch.SymBool)):
+            sizes.append(leaf)
+    symbols = set()
+    for s in sizes:
+        symbols |= getattr(getattr(getattr(s, "node", None), "expr", None), "free_symbols", set())
+    return bool(symbols) and not symbols <= _key_symbols(key)
+
+
+def _key_symbols(key) -> set:
+    if isinstance(key, tuple):
+        return set().union(*(_key_symbols(k) for k in key))
+    return set(getattr(key, "free_symbols", ()))

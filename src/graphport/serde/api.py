@@ -9,6 +9,8 @@ verifier.
 """
 from __future__ import annotations
 
+import contextlib
+import gc
 import os
 import tempfile
 from typing import IO, Any
@@ -22,6 +24,7 @@ from ..passes.verifier import verify
 from ..program import ExportedProgram
 from .archive import ArchiveReader, ArchiveWriter, dump_json
 from .check import check_graph
+from .direct_io import DirectRegionFile
 from .program_json import program_from_json, program_to_json
 from .state import TensorBinder, TensorTable
 from .weights import MEMBER as WEIGHTS, decode_safetensors, encode_safetensors
@@ -38,11 +41,27 @@ def save(ep: ExportedProgram, f: PathOrFile, *, extra_files: dict[str, str | byt
                             fix="pass the program graphport.export returned")
     extras = _extra_bytes(extra_files or {})
     table = TensorTable()
-    doc = dump_json(program_to_json(ep, table, sorted(extras)))
+    with collector_paused():
+        doc = dump_json(program_to_json(ep, table, sorted(extras)))
     if isinstance(f, (str, os.PathLike)):
         _atomic_write(os.fspath(f), lambda out: _write(out, doc, table, extras))
     else:
         _write(f, doc, table, extras)
+
+
+@contextlib.contextmanager
+def collector_paused():
+    """Python's cycle collector off while a program is encoded or decoded (and back as it
+    was after): those make hundreds of thousands of small acyclic objects, and each
+    collection they trigger walks every object of the process, a large model's included,
+    which made load several times slower."""
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
 
 
 def _extra_bytes(extra_files: dict) -> dict[str, bytes]:
@@ -73,7 +92,7 @@ def _atomic_write(path: str, write) -> None:
     try:
         os.chmod(tmp, _file_mode(path))
         with os.fdopen(fd, "wb") as out:
-            write(out)
+            write(DirectRegionFile(out, tmp))
             out.flush()
             os.fsync(out.fileno())
         os.replace(tmp, path)
@@ -113,7 +132,8 @@ def load(f: PathOrFile, *, extra_files: dict[str, Any] | None = None,
     bound = _weights(weights)
     reader = ArchiveReader(f)
     try:
-        return _load(reader, extra_files, bound)
+        with collector_paused():
+            return _load(reader, extra_files, bound)
     except ArtifactError:
         raise
     except GraphportError as e:   # the program the archive describes does not hold together
@@ -128,7 +148,7 @@ def load(f: PathOrFile, *, extra_files: dict[str, Any] | None = None,
 def _load(reader: ArchiveReader, extra_files: dict | None, weights: dict | None) -> ExportedProgram:
     doc = reader.read_json("graphport.json")
     stored = decode_safetensors(reader) if WEIGHTS in reader.members else {}
-    ep = program_from_json(doc, TensorBinder(stored), weights)
+    ep, env = program_from_json(doc, TensorBinder(stored), weights)
     declared = doc.get("extra_files")
     if not isinstance(declared, list) or sorted(f"extra/{n}" for n in declared if isinstance(n, str)) != \
             sorted(m for m in reader.members if m.startswith("extra/")):
@@ -138,7 +158,7 @@ def _load(reader: ArchiveReader, extra_files: dict | None, weights: dict | None)
             member = f"extra/{name}"
             if member in reader.members:
                 extra_files[name] = reader.read(member, reader.limits.max_extra_file_bytes).decode("utf-8", "replace")
-    check_graph(ep.graph_module, symbolic=doc.get("shape_env") is not None)
+    check_graph(ep.graph_module, env)
     finish_metadata(ep.graph_module)
     try:
         verify(ep)

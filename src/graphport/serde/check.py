@@ -4,6 +4,11 @@ Each call is run again on the meta values of its arguments (cheap: no data) and 
 result's dtype and (symbolic) shape are compared with the node's recorded meta['val'].
 A tampered or inconsistent graph is refused at load, with the node named, instead of
 failing later inside a kernel.
+
+An operator whose output sizes depend on data (`item`, `nonzero`, `masked_select` ...)
+has no meta computation to compare with: its recorded value is accepted where it brings
+in data-dependent symbols of the program's own, each introduced by one node only; every
+use of those values downstream is checked as any other.
 """
 from __future__ import annotations
 
@@ -18,30 +23,59 @@ from ..capture.environment import capture_environment
 from ..capture.meta_cache import MetaCache
 from ..errors import ArtifactError
 from ..passes.metadata import RuntimeValue
+from ..shapes.env import ShapeEnv
 
 _META = torch.device("meta")
 
 
-def check_graph(gm: fx.GraphModule, symbolic: bool) -> None:
-    """`symbolic`: the program has size symbols (torch's Python meta kernels handle them)."""
-    with capture_environment(None, symbolic=symbolic):
-        _check(gm, MetaCache())
+def check_graph(gm: fx.GraphModule, env: ShapeEnv | None) -> None:
+    """`env`: the program's shape environment, if it has symbols (torch's Python meta
+    kernels handle them)."""
+    data_dependent = set(env.unbacked.infos) if env is not None else set()
+    with capture_environment(None, symbolic=env is not None):
+        _check(gm, MetaCache(), _Introduced(data_dependent))
 
 
-def _check(gm: fx.GraphModule, cache: MetaCache) -> None:
+class _Introduced:
+    """The data-dependent symbols met so far, and the node that brought each in."""
+
+    def __init__(self, program_symbols: set[sympy.Symbol]):
+        self.program_symbols = program_symbols
+        self.by: dict[sympy.Symbol, str] = {}
+
+    def accept(self, node: fx.Node) -> bool:
+        """Whether `node`'s recorded value may stand without a recomputation: it brings in
+        data-dependent symbols, none of them brought in before."""
+        known = set().union(*(_symbols(a.meta.get("val")) for a in node.all_input_nodes))
+        fresh = _symbols(node.meta["val"]) - known
+        if not fresh or not fresh <= self.program_symbols:
+            return False
+        for sym in fresh:
+            if self.by.setdefault(sym, node.name) != node.name:
+                raise ArtifactError(f"node '{node.name}' records the data-dependent value {sym}, which node "
+                                    f"'{self.by[sym]}' already computes: the graph was tampered with")
+        return True
+
+
+def _check(gm: fx.GraphModule, cache: MetaCache, introduced: _Introduced) -> None:
     """Layers repeat: a call is recomputed once per distinct argument metadata (`cache`)."""
     for node in gm.graph.nodes:
         if node.op == "get_attr":
-            _check(getattr(gm, node.target), cache)
+            _check(getattr(gm, node.target), cache, introduced)
         if node.op != "call_function" or isinstance(node.target, _torch.HigherOrderOperator):
             continue
         if "val" not in node.meta:
             raise ArtifactError(f"node '{node.name}' has no recorded value (meta['val'])")
+        if node.target in _RANGE_ASSERTIONS:
+            _check_range_assertion(node)
+            continue
         # recomputed on the meta device, where the recorded values' twins live
         args, kwargs = fx.node.map_aggregate((node.args, node.kwargs), _meta_value)
         try:
             got = cache.run(node.target, args, kwargs, lambda: node.target(*args, **kwargs))
-        except Exception as e:   # the operator rejects its recorded arguments
+        except Exception as e:   # the operator rejects its recorded arguments, or its sizes depend on data
+            if introduced.accept(node):
+                continue
             raise ArtifactError(f"node '{node.name}' ({node.target}) cannot be recomputed from its inputs: "
                                 f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}") from None
         problem = _difference(node.meta["val"], got)
@@ -50,12 +84,39 @@ def _check(gm: fx.GraphModule, cache: MetaCache) -> None:
                                 "with or is inconsistent")
 
 
+# Run-time checks of a data-dependent value's range: on a symbolic value they would ask for
+# its number, which only the run has. Nothing to recompute: they return nothing.
+_RANGE_ASSERTIONS = frozenset({torch.ops.aten.sym_constrain_range.default,
+                               torch.ops.aten.sym_constrain_range_for_size.default})
+
+
+def _check_range_assertion(node: fx.Node) -> None:
+    value = node.args[0] if node.args else None
+    value = value.meta.get("val") if isinstance(value, fx.Node) else value
+    if node.meta["val"] is not None or not isinstance(value, (int, torch.SymInt)) or len(node.args) != 1 \
+            or not set(node.kwargs) <= {"min", "max"} \
+            or not all(v is None or type(v) is int for v in node.kwargs.values()):
+        raise ArtifactError(f"node '{node.name}' ({node.target}) is not a range check of one integer: the graph "
+                            "was tampered with or is inconsistent")
+
+
 def _meta_value(value: Any) -> Any:
     if isinstance(value, fx.Node):
         if "val" not in value.meta:
             raise ArtifactError(f"node '{value.name}' has no recorded value (meta['val'])")
-        return _torch.pytree.tree_map_only(RuntimeValue, lambda v: v.gp_meta, value.meta["val"])
+        return _on_meta(value.meta["val"])
     return _META if isinstance(value, torch.device) else value
+
+
+def _on_meta(val: Any) -> Any:
+    """A recorded value with each RuntimeValue replaced by its meta twin (values are tensors,
+    symbolic or plain scalars, or lists and tuples of them: walked directly, as this runs
+    for every argument of every node)."""
+    if isinstance(val, RuntimeValue):
+        return val.gp_meta
+    if type(val) in (list, tuple):
+        return type(val)(_on_meta(v) for v in val)
+    return val
 
 
 def _difference(recorded: Any, computed: Any) -> str | None:
@@ -94,3 +155,16 @@ def _expr(v):
         expr = node.expr
         return int(expr) if isinstance(expr, sympy.Integer) else expr
     return v
+
+
+def _symbols(value: Any) -> set[sympy.Symbol]:
+    """The symbols in a recorded value's sizes (tensor shapes and strides, symbolic scalars)."""
+    found: set[sympy.Symbol] = set()
+    for leaf in _torch.pytree.tree_leaves(value):
+        if isinstance(leaf, RuntimeValue):
+            leaf = leaf.gp_meta
+        sizes = [*leaf.shape, *leaf.stride(), leaf.storage_offset()] if isinstance(leaf, torch.Tensor) else [leaf]
+        for s in sizes:
+            expr = getattr(getattr(s, "node", None), "expr", None)
+            found |= getattr(expr, "free_symbols", set())
+    return found

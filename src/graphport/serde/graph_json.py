@@ -14,6 +14,7 @@ from typing import Any
 import torch
 import torch.fx as fx
 
+from .. import _torch
 from ..errors import ArtifactError
 from ..shapes.env import ShapeEnv
 from .symbolic import _short
@@ -87,7 +88,7 @@ def graph_from_json(data: Any, env: ShapeEnv | None, where: str = "the graph", d
     if reached != set(subgraphs):
         raise ArtifactError(f"{where}: subgraphs {sorted(set(subgraphs) ^ reached)} are saved but not used, or used "
                             "but not saved")
-    return fx.GraphModule(subgraphs or torch.nn.Module(), graph, class_name="GraphModule")
+    return _torch.lazy_graph_module(subgraphs or torch.nn.Module(), graph)
 
 
 def _node(graph: fx.Graph, entry: Any, decoder: Decoder, subgraphs: dict, where: str) -> fx.Node:
@@ -141,6 +142,8 @@ def _check_comment_safe(value: Any, node: str, key: str) -> None:
     if isinstance(value, str):
         if "\r" in value or "\n" in value and key != "stack_trace":
             raise ArtifactError(f"node '{node}': meta['{key}'] holds a line break where none belongs")
+    elif isinstance(value, (torch.Tensor, int, float)) or value is None:   # the common leaves: nothing to print
+        return
     elif isinstance(value, (list, tuple)):
         for item in value:
             _check_comment_safe(item, node, key)

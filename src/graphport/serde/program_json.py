@@ -14,19 +14,21 @@ import torch
 from .. import _torch
 from ..errors import ArtifactError
 from ..program import ExportedProgram, ModuleCallEntry, ModuleCallSignature
-from ..shapes.contract import ShapeContract
+from ..shapes.contract import ComputedValue, ShapeContract
+from ..shapes.env import ShapeEnv
 from ..shapes.node import SymNode
 from ..signature import (ConstantArgument, ExportGraphSignature, InputKind, InputSpec, OutputKind, OutputSpec,
                          SymBoolArgument, SymFloatArgument, SymIntArgument, TensorArgument)
 from .graph_json import graph_from_json, graph_to_json
 from .state import TensorBinder, TensorTable
-from .symbolic import _short, env_from_json, env_to_json, expr_from_json, expr_to_json, range_from_json, range_to_json
+from .symbolic import (_short, env_from_json, env_to_json, expr_from_json, expr_to_json, range_from_json, range_to_json,
+                       symbol_table)
 from .targets import custom_namespace, lookup_operator, qualified_name
 from .treespec import treespec_from_json, treespec_to_json
 from .values import Decoder, dtype_name, encode
 
 FORMAT = "graphport"
-VERSION = (1, 0)
+VERSION = (1, 1)
 pytree = _torch.pytree
 
 _ARGUMENTS = {"tensor": TensorArgument, "symint": SymIntArgument, "symfloat": SymFloatArgument,
@@ -48,7 +50,8 @@ def program_to_json(ep: ExportedProgram, table: TensorTable, extra_names: list[s
                       "outputs": [_output_spec(s) for s in ep.graph_signature.output_specs]},
         "state_dict": {k: table.describe(v, k, f"state_dict['{k}']") for k, v in ep.state_dict.items()},
         "constants": {k: table.describe(v, f"constants/{k}", f"constant {k}") for k, v in ep.constants.items()},
-        "range_constraints": [[expr_to_json(k), range_to_json(v)] for k, v in ep.range_constraints.items()],
+        "range_constraints": [[expr_to_json(k, symbol_table(env)), range_to_json(v)]
+                              for k, v in ep.range_constraints.items()],
         "shape_contract": ep.shape_contract.to_json() if ep.shape_contract is not None else None,
         "module_call_graph": [_call_entry(e) for e in ep.module_call_graph],
         "input_paths": list(ep.input_paths),
@@ -139,7 +142,9 @@ def check_version(doc: Any) -> None:
                 f"{version[0]}.x, or save the program again with this one")
 
 
-def program_from_json(doc: dict, binder: TensorBinder, weights: dict[str, torch.Tensor] | None) -> ExportedProgram:
+def program_from_json(doc: dict, binder: TensorBinder, weights: dict[str, torch.Tensor] | None
+                      ) -> tuple[ExportedProgram, ShapeEnv | None]:
+    """The program, and the shape environment its symbolic values share (None: static)."""
     check_version(doc)
     for name in _list(doc, "custom_ops"):   # every custom op named up front, before the graph
         if not isinstance(name, str):
@@ -153,8 +158,9 @@ def program_from_json(doc: dict, binder: TensorBinder, weights: dict[str, torch.
     for pair in _list(doc, "range_constraints"):
         if not isinstance(pair, list) or len(pair) != 2:
             _fail("range_constraints")
-        ranges[expr_from_json(pair[0])] = range_from_json(pair[1])
+        ranges[expr_from_json(pair[0], symbol_table(env))] = range_from_json(pair[1])
     contract = ShapeContract.from_json(doc["shape_contract"]) if doc.get("shape_contract") is not None else None
+    _check_bindings(env, contract)
     call_graph = [_call_entry_from(e) for e in _list(doc, "module_call_graph")]
     paths = _list(doc, "input_paths")
     aliases = {}
@@ -166,8 +172,19 @@ def program_from_json(doc: dict, binder: TensorBinder, weights: dict[str, torch.
     if not all(isinstance(p, str) for p in paths + report):
         _fail("input_paths or shape_report")
     examples = _examples_from(doc.get("example_inputs"), binder)
-    return ExportedProgram(gm, signature, state_dict, ranges, call_graph, examples, constants, paths, aliases,
-                           contract, report)
+    ep = ExportedProgram(gm, signature, state_dict, ranges, call_graph, examples, constants, paths, aliases,
+                         contract, report)
+    return ep, env
+
+
+def _check_bindings(env: ShapeEnv | None, contract: ShapeContract | None) -> None:
+    """The contract's data-dependent symbols are the environment's, bound to the same nodes.
+    (A node named may be gone: dead-code elimination drops a binding nothing reads.)"""
+    infos = env.unbacked.infos if env is not None else {}
+    for sym, fact in (contract.symbols.items() if contract is not None else ()):
+        if isinstance(fact.source, ComputedValue) and (sym not in infos or infos[sym].node != fact.source.node):
+            raise ArtifactError(f"the shape contract binds {sym} to the node {_short(fact.source.node)}, which "
+                                "the program's data-dependent symbols do not")
 
 
 def _fail(where: str):

@@ -5,138 +5,40 @@ SymNodes (shapes/node.py) behind torch.SymInt / SymFloat / SymBool. Saving write
 expression as a tree of named operations (no `str()` to parse back, no `eval`); loading
 rebuilds one ShapeEnv with the same symbols, example values (hints), ranges and
 replacements, and SymNodes over it, so the loaded program prints and reasons as the
-captured one did.
+captured one did. Data-dependent symbols (u0, ...) come back with their assumptions, ranges,
+the node bound to each and the facts the program stated about them. Expressions go
+through the one codec of shapes/expr_json.py, which bounds what a hostile file can build.
 """
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import Any
 
 import sympy
 import torch
 
 from ..errors import ArtifactError
-from ..shapes.contract import size_symbol
+from ..shapes.contract import location_from_json, location_to_json, range_from_json, range_to_json
 from ..shapes.env import ShapeEnv, SymbolInfo
-from ..shapes.expr import INF, FloorDiv, Mod, ValueRange
+from ..shapes.expr_json import (expr_from_json, expr_to_json, parse_float as _parse_float, short as _short,
+                                size_symbol, small_exponent as _small_exponent, symbol_kind, symbol_of_kind)
 from ..shapes.node import _PYTHON as RECIPE_OPERATIONS
-from ..shapes.node import Opaque, SymNode
+from ..shapes.node import SymNode
+from ..shapes.unbacked import UnbackedInfo
 
-# Operations by name: how each is rebuilt. Relations keep their written form (evaluate=False).
-_FUNCTIONS: dict[str, Callable] = {
-    "add": sympy.Add, "mul": sympy.Mul, "pow": sympy.Pow, "max": sympy.Max, "min": sympy.Min,
-    "floordiv": FloorDiv, "mod": Mod, "floor": sympy.floor, "ceiling": sympy.ceiling, "abs": sympy.Abs,
-    "and": sympy.And, "or": sympy.Or, "not": sympy.Not, "opaque": Opaque,
-}
-_RELATIONS = {"eq": sympy.Eq, "ne": sympy.Ne, "lt": sympy.Lt, "le": sympy.Le, "gt": sympy.Gt, "ge": sympy.Ge}
-_REL_NAMES = {"==": "eq", "!=": "ne", "<": "lt", "<=": "le", ">": "gt", ">=": "ge"}
-_ATOMS = {"true": sympy.true, "false": sympy.false, "inf": sympy.oo, "-inf": -sympy.oo, "nan": sympy.nan,
-          "zoo": sympy.zoo}
 _PYTYPES = {"int": int, "float": float, "bool": bool}
 
 
-def expr_to_json(e: sympy.Basic) -> list:
-    """An expression as ["operation", operands...]."""
-    for name, atom in _ATOMS.items():
-        if e is atom:   # sympy's singletons
-            return [name]
-    if isinstance(e, sympy.Symbol):
-        if e.name.startswith("u"):   # data-dependent symbols: load could not rebind them to their nodes
-            raise ArtifactError(
-                f"cannot save the program: it has a data-dependent size ({e.name}, from .item(), nonzero, a "
-                "boolean mask or the like), which the artifact format cannot hold yet",
-                fix="keep the program in memory (ep.module()), or convert it with graphport.interop.to_torch "
-                    "and save that with torch.export.save")
-        if e != size_symbol(e.name):
-            raise ArtifactError(f"cannot save the size symbol {e.name}: it is not one of graphport's size symbols")
-        return ["sym", e.name]
-    if isinstance(e, sympy.Integer):
-        return ["int", int(e)]
-    if isinstance(e, sympy.Rational):
-        return ["rational", int(e.p), int(e.q)]
-    if isinstance(e, sympy.Float):
-        return ["float", repr(float(e))]
-    if isinstance(e, sympy.core.relational.Relational):
-        return [_REL_NAMES[e.rel_op], expr_to_json(e.lhs), expr_to_json(e.rhs)]
-    for name, fn in _FUNCTIONS.items():
-        if isinstance(fn, type) and isinstance(e, fn):
-            return [name, *(expr_to_json(a) for a in e.args)]
-    raise ArtifactError(f"cannot save the size expression {e} ({type(e).__name__}): no encoding for it")
-
-
-def expr_from_json(data: Any) -> sympy.Basic:
-    if not isinstance(data, list) or not data or not isinstance(data[0], str):
-        raise ArtifactError(f"malformed size expression {_short(data)}")
-    head, rest = data[0], data[1:]
-    if head in _ATOMS and not rest:
-        return _ATOMS[head]
-    if head == "sym" and len(rest) == 1 and isinstance(rest[0], str) and rest[0].isidentifier():
-        return size_symbol(rest[0])
-    if head == "int" and len(rest) == 1 and type(rest[0]) is int:
-        return sympy.Integer(rest[0])
-    if head == "rational" and len(rest) == 2 and all(type(v) is int for v in rest) and rest[1] > 0:
-        return sympy.Rational(rest[0], rest[1])
-    if head == "float" and len(rest) == 1 and isinstance(rest[0], str):
-        return sympy.Float(_parse_float(rest[0]))
-    args = [expr_from_json(a) for a in rest]
-    if head == "pow" and (len(args) != 2 or not _small_exponent(args[1])):
-        raise ArtifactError(f"a size expression raises to the power {_short(rest[1:])}; sizes only use small powers")
-    if head in _RELATIONS and len(args) == 2:
-        return _RELATIONS[head](*args, evaluate=False)
-    if head in _FUNCTIONS and args:
-        return _FUNCTIONS[head](*args)
-    raise ArtifactError(f"unknown size expression operation {_short(head)} with {len(rest)} operands")
-
-
-_MAX_EXPONENT = 64
-
-
-def _small_exponent(exponent: Any) -> bool:
-    """Powers in sizes are small (squares, square roots): a huge one would make sympy or the
-    hint's replay compute for ever on a hostile file."""
-    if isinstance(exponent, sympy.Basic):
-        return bool(exponent.is_Rational) and abs(exponent) <= _MAX_EXPONENT
-    return isinstance(exponent, (int, float)) and abs(exponent) <= _MAX_EXPONENT
-
-
-def _parse_float(text: str) -> float:
-    try:
-        return float(text)
-    except ValueError:
-        raise ArtifactError(f"malformed float {_short(text)} in a size expression") from None
-
-
-def _short(value: Any) -> str:
-    text = repr(value)
-    return text if len(text) <= 80 else text[:77] + "..."
-
-
-def range_to_json(r: ValueRange) -> list:
-    return [_bound(r.lower), _bound(r.upper)]
-
-
-def _bound(v) -> int | str:
-    return "inf" if v == INF else "-inf" if v == -INF else int(v)
-
-
-def range_from_json(data: Any) -> ValueRange:
-    if not isinstance(data, list) or len(data) != 2:
-        raise ArtifactError(f"malformed value range {_short(data)}")
-    bounds = []
-    for v in data:
-        if v == "inf" or v == "-inf":
-            bounds.append(INF if v == "inf" else -INF)
-        elif type(v) is int:
-            bounds.append(v)
-        else:
-            raise ArtifactError(f"malformed value range {_short(data)}")
-    return ValueRange(*bounds)
+def symbol_table(env: ShapeEnv | None) -> dict[str, sympy.Symbol]:
+    """The program's data-dependent symbols by name: expressions name them, and their
+    assumptions (a size, an integer, a real) come from the environment's table."""
+    return {} if env is None else {s.name: s for s in env.unbacked.infos}
 
 
 # -- symbolic values --------------------------------------------------------------------------
 
 def symnode_to_json(node: SymNode) -> dict:
     """A SymNode: its Python type, expression, and the recipe that recomputes a float value."""
-    out: dict[str, Any] = {"type": node.pytype.__name__, "expr": expr_to_json(node._expr)}
+    out: dict[str, Any] = {"type": node.pytype.__name__, "expr": expr_to_json(node._expr, symbol_table(node.env))}
     if node.recipe is not None:
         op, *args = node.recipe
         out["recipe"] = [op, *({"node": symnode_to_json(a)} if isinstance(a, SymNode) else {"value": _number(a)}
@@ -166,8 +68,8 @@ def _number_from_json(v):
 def symnode_from_json(data: Any, env: ShapeEnv) -> SymNode:
     if not isinstance(data, dict) or data.get("type") not in _PYTYPES:
         raise ArtifactError(f"malformed symbolic value {_short(data)}")
-    expr = expr_from_json(data.get("expr"))
-    unknown = [s.name for s in expr.free_symbols if s not in env.symbols]
+    expr = expr_from_json(data.get("expr"), symbol_table(env))
+    unknown = [s.name for s in expr.free_symbols if s not in env.symbols and s not in env.unbacked.infos]
     if unknown:
         raise ArtifactError(f"a symbolic value uses the size symbol {unknown[0]}, which the program does not define")
     recipe = None
@@ -222,12 +124,29 @@ def sym_from_json(data: Any, env: ShapeEnv | None):
 # -- the shape environment --------------------------------------------------------------------
 
 def env_to_json(env: ShapeEnv) -> dict:
-    return {
+    table = symbol_table(env)
+    doc = {
         "symbols": [{"symbol": s.name, "hint": info.hint, "range": range_to_json(info.declared),
                      "name": info.dim_name, "source": list(info.source), "auto": info.auto,
                      "affine": list(info.source_affine)} for s, info in env.symbols.items()],
-        "replacements": [[s.name, expr_to_json(e)] for s, e in env.replacements.items()],
+        "replacements": [[s.name, expr_to_json(e, table)] for s, e in env.replacements.items()],
         "assumed_min": [[s.name, v] for s, v in env.assumed_min.items()],
+    }
+    if env.unbacked.infos:   # written only where there are some: other programs' bytes are unchanged
+        doc["data_dependent"] = _unbacked_to_json(env, table)
+    return doc
+
+
+def _unbacked_to_json(env: ShapeEnv, table: dict[str, sympy.Symbol]) -> dict:
+    """Data-dependent symbols: each one's assumptions, Python type, range, where the
+    program computes it (origin, source line, the graph node it is bound to), and the facts
+    the program stated about them (each `diff >= 0`, `== 0` or `!= 0`)."""
+    return {
+        "symbols": [{"symbol": s.name, "kind": symbol_kind(s), "type": info.pytype.__name__,
+                     "range": range_to_json(info.range), "origin": info.origin,
+                     "location": location_to_json(info.location), "size_like": info.size_like,
+                     "node": info.node} for s, info in env.unbacked.infos.items()],
+        "facts": [[expr_to_json(diff, table), op] for diff, op in env.unbacked.facts],
     }
 
 
@@ -249,8 +168,11 @@ def env_from_json(data: Any) -> ShapeEnv:
                                       str(entry.get("name", name)), source, bool(entry.get("auto", False)), affine)
         if source[1] is None:   # a dynamic int: never assumed >= 2 (shapes/spec.py)
             env.exact.add(sym)
+    if "data_dependent" in data:
+        _unbacked_from_json(data["data_dependent"], env)
+    table = symbol_table(env)
     for pair in _list(data.get("replacements")):
-        sym, expr = _symbol_of(pair, env), expr_from_json(pair[1])
+        sym, expr = _symbol_of(pair, env), expr_from_json(pair[1], table)
         env.replacements[sym] = expr
     for pair in _list(data.get("assumed_min")):
         sym = _symbol_of(pair, env)
@@ -258,6 +180,34 @@ def env_from_json(data: Any) -> ShapeEnv:
             raise ArtifactError(f"malformed assumption {_short(pair)}")
         env.assumed_min[sym] = pair[1]
     return env
+
+
+_FACT_OPS = (">=", "==", "!=")
+
+
+def _unbacked_from_json(data: Any, env: ShapeEnv) -> None:
+    if not isinstance(data, dict):
+        raise ArtifactError("malformed data-dependent symbols")
+    infos = env.unbacked.infos
+    for entry in _list(data.get("symbols")):
+        if not isinstance(entry, dict) or entry.get("type") not in _PYTYPES or not isinstance(entry.get("origin"), str) \
+                or not isinstance(entry.get("size_like"), bool) or not (entry.get("node") is None
+                                                                       or isinstance(entry.get("node"), str)):
+            raise ArtifactError(f"malformed data-dependent symbol entry {_short(entry)}")
+        sym = symbol_of_kind(entry.get("symbol"), entry.get("kind"))
+        if sym.name in {s.name for s in (*env.symbols, *infos)}:
+            raise ArtifactError(f"the symbol {sym.name} is defined twice")
+        infos[sym] = UnbackedInfo(sym, _PYTYPES[entry["type"]], range_from_json(entry.get("range")), entry["origin"],
+                                  location_from_json(entry.get("location")), entry["size_like"], entry["node"])
+    table = symbol_table(env)
+    for fact in _list(data.get("facts")):
+        if not isinstance(fact, list) or len(fact) != 2 or fact[1] not in _FACT_OPS:
+            raise ArtifactError(f"malformed fact {_short(fact)} about data-dependent symbols")
+        diff = expr_from_json(fact[0], table)
+        undefined = [s.name for s in diff.free_symbols if s not in env.symbols and s not in infos]
+        if undefined:
+            raise ArtifactError(f"a fact uses the symbol {undefined[0]}, which the program does not define")
+        env.unbacked.facts.append((diff, fact[1]))
 
 
 def _list(value: Any) -> list:
@@ -283,6 +233,7 @@ def _symbol_of(pair: Any, env: ShapeEnv) -> sympy.Symbol:
     if not isinstance(pair, list) or len(pair) != 2 or not isinstance(pair[0], str):
         raise ArtifactError(f"malformed entry {_short(pair)}")
     sym = size_symbol(pair[0]) if pair[0].isidentifier() else None
-    if sym not in env.symbols:
+    sym = symbol_table(env).get(pair[0], sym)
+    if sym not in env.symbols and sym not in env.unbacked.infos:
         raise ArtifactError(f"the entry {_short(pair)} names an undefined size symbol")
     return sym

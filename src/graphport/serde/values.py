@@ -28,6 +28,7 @@ _LAYOUT_NAMES = {v: k for k, v in _LAYOUTS.items()}
 _FORMATS = {name: v for name, v in sorted(vars(torch).items()) if isinstance(v, torch.memory_format)}
 _FORMAT_NAMES = {v: k for k, v in _FORMATS.items()}
 _META = torch.device("meta")
+_PLAIN = frozenset({type(None), bool, int, str, float})   # JSON values that stand for themselves
 
 
 def dtype_name(dtype: torch.dtype) -> str:
@@ -98,11 +99,12 @@ class Decoder:
         self.context = context
 
     def decode(self, data: Any) -> Any:
-        if data is None or type(data) in (bool, int, str, float):
+        kind = type(data)
+        if kind in _PLAIN:
             return data
-        if isinstance(data, list):
+        if kind is list:
             return [self.decode(v) for v in data]
-        if not isinstance(data, dict) or len(data) != 1:
+        if kind is not dict or len(data) != 1:
             raise ArtifactError(f"{self.context}: malformed value {_short(data)}")
         (kind, body), = data.items()
         handler = _HANDLERS.get(kind)

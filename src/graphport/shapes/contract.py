@@ -6,8 +6,9 @@ the sizes below which the capture's decisions do not hold, how every dynamic inp
 dimension relates to the symbols, and the relations kept for Dim.AUTO dims. The program's
 `range_constraints` and the checks `ep.module()` runs on every call are derived from it.
 
-It serializes to plain JSON (`to_json` / `from_json`) with an expression encoding of its
-own, so floor division and modulo survive a round trip without `str()` and `eval`.
+It serializes to plain JSON (`to_json` / `from_json`) with the expression codec of
+shapes/expr_json.py (the artifact's too), so floor division and modulo survive a round
+trip without `str()` and `eval`, and a hostile contract is refused rather than run.
 """
 from __future__ import annotations
 
@@ -16,8 +17,10 @@ from typing import Any
 
 import sympy
 
+from ..errors import ArtifactError
 from ..source import SourceLocation
-from .expr import INF, FloorDiv, Mod, ValueRange, bounds
+from .expr import INF, ValueRange, bounds
+from .expr_json import expr_from_json, expr_to_json, short, size_symbol, symbol_kind, symbol_of_kind
 
 
 @dataclass(frozen=True)
@@ -88,38 +91,57 @@ class ShapeContract:
     # -- serialization ------------------------------------------------------------------------
 
     def to_json(self) -> dict[str, Any]:
+        table = {s.name: s for s in self.symbols}
         return {
-            "symbols": [{
-                "symbol": f.symbol.name, "name": f.name, "range": _range_json(f.range),
-                "source": ({"input": f.source.index, "dim": f.source.dim, "coeff": f.source.coeff,
-                            "offset": f.source.offset} if isinstance(f.source, InputDimension)
-                           else {"node": f.source.node}),
-                "valid_from": f.valid_from, "assumed_at": _location_json(f.assumed_at), "reason": f.reason,
-            } for f in self.symbols.values()],
-            "dims": [{"input": i, "dim": d, "expr": expr_to_json(e)} for i, d, e in self.dims],
-            "relations": [{"rel": expr_to_json(r.rel), "location": _location_json(r.location)}
+            "symbols": [self._symbol_json(f) for f in self.symbols.values()],
+            "dims": [{"input": i, "dim": d, "expr": expr_to_json(e, table)} for i, d, e in self.dims],
+            "relations": [{"rel": expr_to_json(r.rel, table), "location": location_to_json(r.location)}
                           for r in self.relations],
         }
 
+    @staticmethod
+    def _symbol_json(f: SymbolFact) -> dict[str, Any]:
+        entry = {
+            "symbol": f.symbol.name, "name": f.name, "range": range_to_json(f.range),
+            "source": ({"input": f.source.index, "dim": f.source.dim, "coeff": f.source.coeff,
+                        "offset": f.source.offset} if isinstance(f.source, InputDimension)
+                       else {"node": f.source.node}),
+            "valid_from": f.valid_from, "assumed_at": location_to_json(f.assumed_at), "reason": f.reason,
+        }
+        if f.symbol != size_symbol(f.symbol.name):   # a data-dependent value that is not a size
+            entry["kind"] = symbol_kind(f.symbol)
+        return entry
+
     @classmethod
-    def from_json(cls, data: dict[str, Any]) -> "ShapeContract":
+    def from_json(cls, data: Any) -> "ShapeContract":
+        """The contract `data` describes; anything malformed is an ArtifactError (a contract
+        may come from a file: an archive, or a torch program that carries one)."""
+        try:
+            return cls._from_json(data)
+        except (KeyError, TypeError, ValueError, IndexError, AttributeError) as e:
+            if isinstance(e, ArtifactError):
+                raise
+            raise ArtifactError(f"malformed shape contract: {type(e).__name__}: {short(str(e))}") from None
+
+    @classmethod
+    def _from_json(cls, data: Any) -> "ShapeContract":
         symbols = {}
         for s in data["symbols"]:
-            sym = size_symbol(s["symbol"])
+            sym = symbol_of_kind(s["symbol"], s.get("kind", "size"))
             src = s["source"]
-            source = (InputDimension(src["input"], src["dim"], src["coeff"], src["offset"]) if "input" in src
-                      else ComputedValue(src["node"]))
-            symbols[sym] = SymbolFact(sym, s["name"], _range_from_json(s["range"]), source, s["valid_from"],
-                                      _location_from_json(s["assumed_at"]), s["reason"])
-        dims = [(d["input"], d["dim"], expr_from_json(d["expr"])) for d in data["dims"]]
-        relations = [Relation(expr_from_json(r["rel"]), _location_from_json(r["location"]))
+            if "input" in src:
+                source = InputDimension(*(_integer(src[k]) for k in ("input", "dim", "coeff", "offset")))
+            else:
+                source = ComputedValue(_text(src["node"]))
+            if sym in symbols or s["valid_from"] is not None and type(s["valid_from"]) is not int:
+                raise ArtifactError(f"malformed shape contract entry for {short(sym.name)}")
+            symbols[sym] = SymbolFact(sym, _text(s["name"]), range_from_json(s["range"]), source, s["valid_from"],
+                                      location_from_json(s["assumed_at"]), _text(s["reason"]))
+        table = {s.name: s for s in symbols}
+        dims = [(_integer(d["input"]), _integer(d["dim"]), expr_from_json(d["expr"], table)) for d in data["dims"]]
+        relations = [Relation(expr_from_json(r["rel"], table), location_from_json(r["location"]))
                      for r in data["relations"]]
         return cls(symbols, dims, relations)
-
-
-def size_symbol(name: str) -> sympy.Symbol:
-    """The sympy symbol graphport uses for a size (nonnegative integer)."""
-    return sympy.Symbol(name, integer=True, nonnegative=True)
 
 
 def _symbol_order(sym: sympy.Symbol):
@@ -127,82 +149,56 @@ def _symbol_order(sym: sympy.Symbol):
     return (sym.name.rstrip("0123456789"), int(digits) if digits else 0)
 
 
-def _range_json(r: ValueRange) -> list:
+def range_to_json(r: ValueRange) -> list:
+    """[lower, upper]: integers, "inf" / "-inf", or (a data-dependent float's bound) the
+    number as an expression."""
     return [_bound_json(r.lower), _bound_json(r.upper)]
 
 
-def _bound_json(v) -> int | str:
-    return "inf" if v == INF else "-inf" if v == -INF else int(v)
+def _bound_json(v) -> int | str | list:
+    if v == INF or v == -INF:
+        return "inf" if v == INF else "-inf"
+    if isinstance(v, int) or getattr(v, "is_Integer", False):
+        return int(v)
+    return expr_to_json(sympy.sympify(v))
 
 
-def _range_from_json(r: list) -> ValueRange:
-    return ValueRange(*(INF if v == "inf" else -INF if v == "-inf" else int(v) for v in r))
+def range_from_json(data: Any) -> ValueRange:
+    if not isinstance(data, list) or len(data) != 2:
+        raise ArtifactError(f"malformed value range {short(data)}")
+    bounds_ = []
+    for v in data:
+        if v == "inf" or v == "-inf":
+            bounds_.append(INF if v == "inf" else -INF)
+        elif type(v) is int:
+            bounds_.append(v)
+        elif isinstance(v, list) and (number := expr_from_json(v)).is_Number:
+            bounds_.append(number)
+        else:
+            raise ArtifactError(f"malformed value range {short(data)}")
+    return ValueRange(*bounds_)
 
 
-def _location_json(loc: SourceLocation | None):
+def _integer(v: Any) -> int:
+    if type(v) is not int:
+        raise ArtifactError(f"malformed shape contract: {short(v)} where an integer belongs")
+    return v
+
+
+def _text(v: Any) -> str:
+    if not isinstance(v, str):
+        raise ArtifactError(f"malformed shape contract: {short(v)} where a string belongs")
+    return v
+
+
+def location_to_json(loc: SourceLocation | None):
     return None if loc is None else [loc.filename, loc.lineno, loc.function]
 
 
-def _location_from_json(data) -> SourceLocation | None:
-    return None if data is None else SourceLocation(data[0], int(data[1]), data[2])
-
-
-# -- expressions as JSON ------------------------------------------------------------------------
-#
-# An expression is a JSON list whose head names the operation: ["sym", "s0"], ["int", 3],
-# ["add", a, b, ...], ["mul", ...], ["pow", a, n], ["floordiv", a, b], ["mod", a, b],
-# ["max", ...], ["min", ...], ["eq", a, b] (and ne, lt, le, gt, ge), ["and", ...],
-# ["or", ...], ["not", a], ["rational", p, q], ["float", "repr"], ["true"], ["false"].
-
-_NARY = {"add": sympy.Add, "mul": sympy.Mul, "max": sympy.Max, "min": sympy.Min, "and": sympy.And,
-         "or": sympy.Or}
-_BINARY = {"floordiv": FloorDiv, "mod": Mod, "pow": sympy.Pow}
-_RELATIONS = {"eq": sympy.Eq, "ne": sympy.Ne, "lt": sympy.Lt, "le": sympy.Le, "gt": sympy.Gt, "ge": sympy.Ge}
-_REL_NAMES = {"==": "eq", "!=": "ne", "<": "lt", "<=": "le", ">": "gt", ">=": "ge"}
-
-
-def expr_to_json(e: sympy.Basic) -> list:
-    if e is sympy.true or e is sympy.false:
-        return [str(bool(e)).lower()]
-    if isinstance(e, sympy.Symbol):
-        return ["sym", e.name]
-    if isinstance(e, sympy.Integer):
-        return ["int", int(e)]
-    if isinstance(e, sympy.Rational):
-        return ["rational", int(e.p), int(e.q)]
-    if isinstance(e, sympy.Float):
-        return ["float", repr(float(e))]
-    if isinstance(e, sympy.core.relational.Relational):
-        return [_REL_NAMES[e.rel_op], expr_to_json(e.lhs), expr_to_json(e.rhs)]
-    if isinstance(e, sympy.Not):
-        return ["not", expr_to_json(e.args[0])]
-    for name, fn in {**_NARY, **_BINARY}.items():
-        if isinstance(e, fn):
-            return [name, *(expr_to_json(a) for a in e.args)]
-    raise ValueError(f"cannot encode the size expression {e} ({type(e).__name__})")
-
-
-def expr_from_json(data: list) -> sympy.Basic:
-    head, rest = data[0], data[1:]
-    if head == "true":
-        return sympy.true
-    if head == "false":
-        return sympy.false
-    if head == "sym":
-        return size_symbol(rest[0])
-    if head == "int":
-        return sympy.Integer(rest[0])
-    if head == "rational":
-        return sympy.Rational(rest[0], rest[1])
-    if head == "float":
-        return sympy.Float(float(rest[0]))
-    if head == "not":
-        return sympy.Not(expr_from_json(rest[0]))
-    args = [expr_from_json(a) for a in rest]
-    if head in _RELATIONS:
-        return _RELATIONS[head](*args, evaluate=False)
-    if head in _NARY:
-        return _NARY[head](*args)
-    if head in _BINARY:
-        return _BINARY[head](*args)
-    raise ValueError(f"unknown size expression operation {head!r}")
+def location_from_json(data) -> SourceLocation | None:
+    if data is None:
+        return None
+    if not (isinstance(data, list) and len(data) == 3 and isinstance(data[0], str) and type(data[1]) is int
+            and isinstance(data[2], str)):
+        raise ArtifactError(f"malformed source location {short(data)}")
+    return SourceLocation(data[0], data[1], data[2])

@@ -29,24 +29,7 @@ import torch
 from ..errors import UnsupportedFeatureError
 from .env import ShapeEnv
 from .expr import FloorDiv, Mod
-
-
-class Opaque(sympy.Function):
-    """A value graphport does not model in sympy: Opaque(tag, example value, *symbols it
-    depends on). Only its node's recipe computes it."""
-    is_real = True
-
-    @classmethod
-    def eval(cls, *args):
-        return None
-
-    @property
-    def gp_hint(self):
-        value = self.args[1]
-        return bool(value) if value in (sympy.true, sympy.false) else int(value) if value.is_Integer else float(value)
-
-    def _sympystr(self, printer):
-        return f"opaque{self.args[0]}({', '.join(printer._print(a) for a in self.args[2:])})"
+from .opaque import Opaque
 
 
 _tags = itertools.count()

@@ -40,6 +40,17 @@ class Mutation(torch.nn.Module):
         return x * self.total
 
 
+class DataDependent(torch.nn.Module):
+    """A count read with .item() and checked, a boolean mask, and a float read from data."""
+
+    def forward(self, x, n):
+        k = n.item()
+        torch._check(k >= 0)
+        torch._check(k <= x.shape[0])
+        kept = x[x > 0]
+        return x.narrow(0, 0, k) * 2, kept.sum() + kept.numel(), x.sum().item() > 0
+
+
 def programs() -> dict[str, gp.ExportedProgram]:
     torch.manual_seed(0)
     b = gp.Dim("b", min=2, max=64)
@@ -48,6 +59,7 @@ def programs() -> dict[str, gp.ExportedProgram]:
         "dynamic_derived": gp.export(Derived(), (torch.randn(3, 4), torch.randn(4, 4)),
                                      dynamic_shapes={"x": {0: b}, "y": {0: b + 1}}),
         "buffer_mutation": gp.export(Mutation(), (torch.randn(2, 3),)),
+        "data_dependent": gp.export(DataDependent(), (torch.randn(6), torch.tensor(4))),
     }
 
 
