@@ -58,3 +58,25 @@ def test_without_direct_writes_the_bytes_are_the_same(program, tmp_path, monkeyp
     path = tmp_path / "p.gport"
     gp.save(program, path)
     assert path.read_bytes() == saved(program)
+
+
+def test_a_file_system_refusing_the_direct_write_itself_gets_the_same_bytes(program, tmp_path, monkeypatch):
+    """Some file systems accept O_DIRECT at open and refuse the first write (EINVAL)."""
+    import errno
+    import os
+    reference = saved(program)
+    real_pwrite = os.pwrite
+    refused = []
+
+    def refusing(fd, data, offset):
+        if not refused:
+            refused.append(offset)
+            raise OSError(errno.EINVAL, "Invalid argument")
+        return real_pwrite(fd, data, offset)
+    monkeypatch.setattr(direct_io.os, "pwrite", refusing)
+    monkeypatch.setattr(direct_io, "_STAGE", direct_io.BLOCK)
+    path = tmp_path / "p.gport"
+    gp.save(program, path)
+    if not refused:
+        pytest.skip("no direct write attempted on this file system")
+    assert path.read_bytes() == reference

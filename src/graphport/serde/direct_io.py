@@ -14,6 +14,7 @@ them), the region is written through the ordinary file, as everything else.
 from __future__ import annotations
 
 import contextlib
+import errno
 import mmap
 import os
 from typing import IO, Iterator
@@ -56,7 +57,7 @@ class DirectRegionFile:
             yield
             return
         self._out.flush()
-        self._region = region = _Region(fd, start)
+        self._region = region = _Region(fd, start, self._path)
         try:
             yield
             tail = region.finish()
@@ -78,12 +79,20 @@ def _open_direct(path: str) -> int | None:
 
 
 class _Region:
-    def __init__(self, fd: int, start: int):
+    def __init__(self, fd: int, start: int, path: str):
         self.fd = fd
+        self._path = path
         self.position = start
         self._flushed = start                       # file offset up to which blocks are written
         self._stage = mmap.mmap(-1, _STAGE)         # page-aligned, as direct writes need
         self._filled = 0
+        self._plain = False
+
+    def _use_plain_descriptor(self) -> None:
+        plain = os.open(self._path, os.O_WRONLY)
+        os.dup2(plain, self.fd)
+        os.close(plain)
+        self._plain = True
 
     def write(self, data) -> int:
         view = memoryview(data).cast("B")
@@ -103,7 +112,14 @@ class _Region:
         view = memoryview(self._stage)[:length]
         done = 0
         while done < length:
-            done += os.pwrite(self.fd, view[done:], self._flushed + done)
+            try:
+                done += os.pwrite(self.fd, view[done:], self._flushed + done)
+            except OSError as e:
+                # Some file systems accept O_DIRECT at open and refuse the write itself:
+                # the rest of the region goes through an ordinary descriptor.
+                if e.errno != errno.EINVAL or self._plain:
+                    raise
+                self._use_plain_descriptor()
         view.release()
         self._flushed += length
         rest = self._filled - length
