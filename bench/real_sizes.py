@@ -225,7 +225,7 @@ def measure(name: str, repeats: int, calls: int, dynamic: bool) -> dict[str, Any
         "torch": lambda: torch.export.export(model, args, kwargs),
         "meta": lambda: _meta_forward(meta),
     }
-    if dynamic and built.dynamic_shapes is not None:
+    if dynamic and on_cpu and built.dynamic_shapes is not None:   # on meta: torch's dynamic 70B export alone takes minutes
         gp_spec, torch_spec = _spec(built, _graphport_dim), _spec(built, _torch_dim)
         steps["gp_dyn"] = lambda: gp.export(model, args, kwargs, dynamic_shapes=gp_spec)
         steps["torch_dyn"] = lambda: torch.export.export(model, args, kwargs, dynamic_shapes=torch_spec)
@@ -335,7 +335,7 @@ def render_meta(rows: list[dict[str, Any]], opts: argparse.Namespace) -> str:
 
 def _method(opts: argparse.Namespace) -> str:
     return (f"One process per model; inside it each round runs graphport's static export, torch.export, the meta "
-            f"forward{', and both dynamic exports (batch and sequence Dims where the model allows)' if opts.dynamic else ''}; "
+            f"forward{', and both dynamic exports (batch and sequence Dims where the model allows; CPU models only)' if opts.dynamic else ''}; "
             f"figures are medians of {opts.repeats} rounds after a warm-up round. Latencies: eager and both "
             f"`ep.module()`s alternate call by call under `torch.no_grad()`, median of {opts.calls}. +RSS: the "
             f"process's peak resident-set increase during each exporter's first export of the model; budget: {MEMORY_FRACTION:.0%} of the weight "

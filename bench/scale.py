@@ -12,7 +12,7 @@ dot-product attention, output projection, GELU MLP, residuals) repeated `depth` 
 hidden size 32, so weights stay small (16K parameters per layer) and only the graph grows.
 
     .venv/bin/python bench/scale.py [--depths 32,128,512,2048,4096] [--torch-max-depth 512]
-                                    [--repeats 3] [--no-llama70b]
+                                    [--repeats 3] [--deep-repeats 1] [--no-llama70b]
 
 Writes the "scale" section of bench/RESULTS.md.
 """
@@ -37,6 +37,7 @@ from bench import harness  # noqa: E402
 from bench.harness import fmt  # noqa: E402
 
 HIDDEN, HEADS, FFN, BATCH, SEQ = 32, 4, 128, 2, 16
+DEEP = 512   # above this depth one repeat is the default: each takes minutes on a shared machine
 TARGET_4096_S, TARGET_FLAT, TARGET_70B_S, TARGET_70B_GIB = 2.0, 0.20, 5.0, 2.0
 
 
@@ -135,8 +136,8 @@ def llama_70b(repeats: int) -> dict[str, Any]:
             "weight_gib": weight_gib}
 
 
-def render(rows: list[dict[str, Any]], llama: dict[str, Any] | None, repeats: int, torch_max: int,
-           torch_decomp_max: int) -> str:
+def render(rows: list[dict[str, Any]], llama: dict[str, Any] | None, repeats: int, deep_repeats: int,
+           torch_max: int, torch_decomp_max: int) -> str:
     lines = [
         "## Scale: export cost against depth",
         "",
@@ -182,6 +183,7 @@ def main() -> None:
     parser.add_argument("--torch-max-depth", type=int, default=512)
     parser.add_argument("--torch-decomp-max-depth", type=int, default=128)
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--deep-repeats", type=int, default=1, help=f"repeats above {DEEP} layers")
     parser.add_argument("--no-llama70b", action="store_true")
     parser.add_argument("--no-write", action="store_true", help="print the table instead of writing RESULTS.md")
     opts = parser.parse_args()
@@ -191,13 +193,14 @@ def main() -> None:
     measure.warm_up_exporters()
     rows = []
     for depth in (int(d) for d in opts.depths.split(",")):
-        rows.append(measure_depth(depth, opts.repeats, depth <= opts.torch_max_depth,
+        repeats = opts.repeats if depth <= DEEP else opts.deep_repeats
+        rows.append(measure_depth(depth, repeats, depth <= opts.torch_max_depth,
                                   depth <= opts.torch_decomp_max_depth))
         print(f"depth {depth}: {rows[-1]}", flush=True)
     llama = None if opts.no_llama70b else llama_70b(opts.repeats)
     if llama is not None:
         print(f"llama-70b: {llama}", flush=True)
-    body = render(rows, llama, opts.repeats, opts.torch_max_depth, opts.torch_decomp_max_depth)
+    body = render(rows, llama, opts.repeats, opts.deep_repeats, opts.torch_max_depth, opts.torch_decomp_max_depth)
     if opts.no_write:
         print(body)
     else:
