@@ -13,6 +13,7 @@ hidden size 32, so weights stay small (16K parameters per layer) and only the gr
 
     .venv/bin/python bench/scale.py [--depths 32,128,512,2048,4096] [--torch-max-depth 512]
                                     [--repeats 3] [--deep-repeats 1] [--no-llama70b]
+                                    [--torch-decomp-max-depth 128] [--decomp-max-depth N] [--save-max-depth N]
 
 Writes the "scale" section of bench/RESULTS.md.
 """
@@ -76,7 +77,8 @@ def timed(fn: Callable[[], Any]) -> tuple[Any, float]:
     return out, time.perf_counter() - t0
 
 
-def measure_depth(depth: int, repeats: int, with_torch: bool, with_torch_decomp: bool) -> dict[str, Any]:
+def measure_depth(depth: int, repeats: int, with_torch: bool, with_torch_decomp: bool, with_decomp: bool,
+                  with_save: bool) -> dict[str, Any]:
     """Median seconds of each step at one depth; exporters alternate within each repeat."""
     import graphport as gp
 
@@ -92,11 +94,12 @@ def measure_depth(depth: int, repeats: int, with_torch: bool, with_torch_decomp:
         ep, seconds = timed(lambda: gp.export(model, (x,)))
         times["gp"].append(seconds)
         nodes = harness.count_nodes(ep.graph)
-        times["gp_decomp"].append(timed(lambda: ep.run_decompositions())[1])
-        times["save"].append(timed(lambda: gp.save(ep, path))[1])
-        loaded, seconds = timed(lambda: gp.load(path))
-        times["load"].append(seconds)
-        del ep, loaded
+        if with_decomp:
+            times["gp_decomp"].append(timed(lambda: ep.run_decompositions())[1])
+        if with_save:
+            times["save"].append(timed(lambda: gp.save(ep, path))[1])
+            times["load"].append(timed(lambda: gp.load(path))[1])
+        del ep
         gc.collect()
         if with_torch:
             tep, seconds = timed(lambda: torch.export.export(model, (x,)))
@@ -104,7 +107,8 @@ def measure_depth(depth: int, repeats: int, with_torch: bool, with_torch_decomp:
             if with_torch_decomp:
                 times["torch_decomp"].append(timed(lambda: tep.run_decompositions())[1])
             del tep
-    os.unlink(path)
+    if os.path.exists(path):
+        os.unlink(path)
     os.rmdir(folder)
     row = {k: (statistics.median(v) if v else None) for k, v in times.items()}
     row.update(depth=depth, nodes=nodes, gp_per_layer_ms=1e3 * row["gp"] / depth)
@@ -137,7 +141,7 @@ def llama_70b(repeats: int) -> dict[str, Any]:
 
 
 def render(rows: list[dict[str, Any]], llama: dict[str, Any] | None, repeats: int, deep_repeats: int,
-           torch_max: int, torch_decomp_max: int) -> str:
+           torch_max: int, torch_decomp_max: int, decomp_max: int, save_max: int) -> str:
     lines = [
         "## Scale: export cost against depth",
         "",
@@ -146,7 +150,8 @@ def render(rows: list[dict[str, Any]], llama: dict[str, Any] | None, repeats: in
         f"Synthetic pre-norm transformer (hidden {HIDDEN}, {HEADS} heads, MLP {FFN}; input {BATCH}x{SEQ}x{HIDDEN}). "
         f"Each figure is the median of {repeats} repeats in one process; graphport's export, run_decompositions, "
         f"save and load and torch.export's export alternate within each repeat. torch.export runs up to depth "
-        f"{torch_max}, its run_decompositions up to {torch_decomp_max}. Seconds unless named otherwise.",
+        f"{torch_max}, its run_decompositions up to {torch_decomp_max}; graphport's run_decompositions up to "
+        f"{decomp_max}, save/load up to {save_max} (`-`: not run at that depth). Seconds unless named otherwise.",
         "",
         "| layers | gp nodes | gp export | gp ms / layer | torch.export | gp / torch | gp run_decompositions | "
         "torch run_decompositions | gp save | gp load |",
@@ -183,6 +188,8 @@ def main() -> None:
     parser.add_argument("--torch-max-depth", type=int, default=512)
     parser.add_argument("--torch-decomp-max-depth", type=int, default=128)
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--decomp-max-depth", type=int, default=4096)
+    parser.add_argument("--save-max-depth", type=int, default=4096)
     parser.add_argument("--deep-repeats", type=int, default=1, help=f"repeats above {DEEP} layers")
     parser.add_argument("--no-llama70b", action="store_true")
     parser.add_argument("--no-write", action="store_true", help="print the table instead of writing RESULTS.md")
@@ -195,12 +202,14 @@ def main() -> None:
     for depth in (int(d) for d in opts.depths.split(",")):
         repeats = opts.repeats if depth <= DEEP else opts.deep_repeats
         rows.append(measure_depth(depth, repeats, depth <= opts.torch_max_depth,
-                                  depth <= opts.torch_decomp_max_depth))
+                                  depth <= opts.torch_decomp_max_depth, depth <= opts.decomp_max_depth,
+                                  depth <= opts.save_max_depth))
         print(f"depth {depth}: {rows[-1]}", flush=True)
     llama = None if opts.no_llama70b else llama_70b(opts.repeats)
     if llama is not None:
         print(f"llama-70b: {llama}", flush=True)
-    body = render(rows, llama, opts.repeats, opts.deep_repeats, opts.torch_max_depth, opts.torch_decomp_max_depth)
+    body = render(rows, llama, opts.repeats, opts.deep_repeats, opts.torch_max_depth, opts.torch_decomp_max_depth,
+                  opts.decomp_max_depth, opts.save_max_depth)
     if opts.no_write:
         print(body)
     else:
