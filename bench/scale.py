@@ -152,7 +152,8 @@ def render(rows: list[dict[str, Any]], llama: dict[str, Any] | None, repeats: in
         harness.stamp(),
         "",
         f"Synthetic pre-norm transformer (hidden {HIDDEN}, {HEADS} heads, MLP {FFN}; input {BATCH}x{SEQ}x{HIDDEN}). "
-        f"Each figure is the median of {repeats} repeats in one process; graphport's export, run_decompositions, "
+        f"Each figure is the median of {repeats} repeats in one process ({deep_repeats} above {DEEP} layers); "
+        f"graphport's export, run_decompositions, "
         f"save and load and torch.export's export alternate within each repeat. gp CPU: the process's CPU time "
         f"during graphport's export, the figure other processes' load disturbs least (the per-layer verdict uses it). "
         f"torch.export runs up to depth "
