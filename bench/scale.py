@@ -145,9 +145,9 @@ def llama_70b(repeats: int) -> dict[str, Any]:
 
 
 def render(rows: list[dict[str, Any]], llama: dict[str, Any] | None, repeats: int, deep_repeats: int,
-           torch_max: int, torch_decomp_max: int, decomp_max: int, save_max: int) -> str:
+           torch_max: int, torch_decomp_max: int, decomp_max: int, save_max: int, section: str = "scale") -> str:
     lines = [
-        "## Scale: export cost against depth",
+        "## Scale: export cost against depth" + ("" if section == "scale" else f" ({section})"),
         "",
         harness.stamp(),
         "",
@@ -218,7 +218,7 @@ def main() -> None:
     if llama is not None:
         print(f"llama-70b: {llama}", flush=True)
     body = render(rows, llama, opts.repeats, opts.deep_repeats, opts.torch_max_depth, opts.torch_decomp_max_depth,
-                  opts.decomp_max_depth, opts.save_max_depth)
+                  opts.decomp_max_depth, opts.save_max_depth, opts.section)
     if opts.no_write:
         print(body)
     else:
