@@ -15,6 +15,7 @@ from typing import Any, Callable
 import torch
 import torch.fx as fx
 
+from ._gc import cycle_collection_paused
 from .capture import Captured, argument_names, capture, input_paths
 from .errors import ConstraintViolationError, InputMismatchError, UnsupportedFeatureError, UnsupportedInputError
 from .passes.dead_code import eliminate_dead_code
@@ -30,6 +31,7 @@ from .shapes.torch_spec import from_torch
 from .shapes.unbacked import with_data_dependent
 
 
+@cycle_collection_paused
 def export(mod: torch.nn.Module | Callable, args: tuple, kwargs: dict | None = None, *,
            dynamic_shapes: Any = None, strict: bool = False,
            preserve_module_call_signature: tuple[str, ...] = (),

@@ -9,7 +9,7 @@ import linecache
 import os
 import sys
 from dataclasses import dataclass
-from types import FrameType
+from types import CodeType, FrameType
 
 import torch
 
@@ -68,6 +68,35 @@ def innermost_user_location() -> SourceLocation | None:
 _TORCH_NN = os.path.join(os.path.dirname(torch.__file__), "nn") + os.sep
 
 
+# Capture walks the stack once per recorded node, through the same few hundred frames:
+# each code object's kind and each (code, line)'s location are worked out once. Bounded,
+# because code objects made at run time (exec, fx) would otherwise be kept alive.
+_USER, _INTERNAL, _INTERNAL_NN = 0, 1, 2
+_CACHE_LIMIT = 50_000
+_kinds: dict[CodeType, int] = {}
+_locations: dict[tuple[CodeType, int], SourceLocation] = {}
+
+
+def _kind(code: CodeType) -> int:
+    kind = _kinds.get(code)
+    if kind is None:
+        if len(_kinds) >= _CACHE_LIMIT:
+            _kinds.clear()
+        filename = code.co_filename
+        kind = _kinds[code] = (_USER if not _is_internal(filename)
+                               else _INTERNAL_NN if filename.startswith(_TORCH_NN) else _INTERNAL)
+    return kind
+
+
+def _location(code: CodeType, lineno: int) -> SourceLocation:
+    location = _locations.get((code, lineno))
+    if location is None:
+        if len(_locations) >= _CACHE_LIMIT:
+            _locations.clear()
+        location = _locations[(code, lineno)] = SourceLocation(code.co_filename, lineno, code.co_name)
+    return location
+
+
 def user_stack(stop_at: FrameType | None = None) -> tuple[SourceLocation, ...]:
     """User locations from `stop_at` (the capture's entry frame, exclusive) inwards.
 
@@ -78,11 +107,12 @@ def user_stack(stop_at: FrameType | None = None) -> tuple[SourceLocation, ...]:
     fallback = None
     frame = sys._getframe(1)
     while frame is not None and frame is not stop_at:
-        filename = frame.f_code.co_filename
-        if not _is_internal(filename):
-            locations.append(SourceLocation(filename, frame.f_lineno, frame.f_code.co_name))
-        elif fallback is None and filename.startswith(_TORCH_NN):
-            fallback = SourceLocation(filename, frame.f_lineno, frame.f_code.co_name)
+        code = frame.f_code
+        kind = _kind(code)
+        if kind == _USER:
+            locations.append(_location(code, frame.f_lineno))
+        elif fallback is None and kind == _INTERNAL_NN:
+            fallback = _location(code, frame.f_lineno)
         frame = frame.f_back
     if not locations and fallback is not None:
         return (fallback,)

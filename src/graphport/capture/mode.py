@@ -12,6 +12,7 @@ from typing import Any
 import torch
 
 from .. import _torch
+from ..op_args import arg_leaves, map_args
 from ..errors import (DataDependentError, GraphportError, InternalError, OperatorError, UnsupportedFeatureError,
                       UnsupportedOperatorError)
 from ..ops.kinds import DATA_DEPENDENT_SHAPE, DATA_READS, METADATA_MUTATING, Kind, is_impure, op_info
@@ -156,7 +157,7 @@ class CaptureMode(_torch.TorchDispatchMode):
         device = kwargs.get("device")
         if device is not None:
             return torch.device(device)
-        for a in pytree.tree_leaves(args):
+        for a in arg_leaves(args):
             if isinstance(a, torch.Tensor):
                 return a.device
         return torch.device("cpu")
@@ -165,7 +166,7 @@ class CaptureMode(_torch.TorchDispatchMode):
         """The op's output metadata. An op that rejects its arguments raises OperatorError
         with eager's message; an op with no meta kernel raises UnsupportedOperatorError.
         Classified by the operator and the exception's type, never by its text."""
-        meta_args, meta_kwargs = pytree.tree_map(self._meta, (args, kwargs))
+        meta_args, meta_kwargs = map_args(self._meta, (args, kwargs))
         try:
             if not cache:
                 return func(*meta_args, **meta_kwargs)
@@ -188,7 +189,7 @@ class CaptureMode(_torch.TorchDispatchMode):
         val = self.run_meta(func, args, kwargs, cache=not view)
         if func in _INFERRED_SIZE and self.rec.sizes is not None and isinstance(val, torch.Tensor):
             args = (args[0], _spelled_out(args[1], val.shape), *args[2:])
-        node_args, node_kwargs = pytree.tree_map(self.rec.graph_arg, (args, kwargs))
+        node_args, node_kwargs = map_args(self.rec.graph_arg, (args, kwargs))
         node = self.rec.node(func, node_args, node_kwargs, val)
         self.rec.user_calls.add(node)
         device = self._device(args, kwargs)
@@ -223,7 +224,7 @@ class CaptureMode(_torch.TorchDispatchMode):
         val = self.rec.meta_cache.run(("decomposed", func, *grads), args, kwargs, decomposed_meta)
         if val is None:
             return self.call(func, args, kwargs)
-        node_args, node_kwargs = pytree.tree_map(self.rec.graph_arg, (args, kwargs))
+        node_args, node_kwargs = map_args(self.rec.graph_arg, (args, kwargs))
         node = self.rec.node(func, node_args, node_kwargs, val)
         self.rec.user_calls.add(node)
         return self.rec.wrap(val, node, self._device(args, kwargs))

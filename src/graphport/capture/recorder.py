@@ -17,6 +17,7 @@ import torch
 import torch.fx as fx
 
 from .. import _torch
+from ..op_args import map_args
 from ..errors import InternalError
 from ..ops.views import COVERS_SOURCE, ViewStep, replay, scatter_back
 from ..passes.metadata import DEVICE_KEY
@@ -27,7 +28,6 @@ from .scope import Scope
 from .sizes import SizeValues, is_sym
 from .tracer import TracerTensor, meta_like
 
-pytree = _torch.pytree
 
 
 class Recorder:
@@ -154,9 +154,9 @@ class Recorder:
         """Record a call made by capture itself (view replays, scatters, size arithmetic).
         Arguments are graph values or sizes; the node's `val` is computed from theirs."""
         kwargs = kwargs or {}
-        meta_args, meta_kwargs = pytree.tree_map_only(fx.Node, lambda n: n.meta["val"], (args, kwargs))
+        meta_args, meta_kwargs = map_args(lambda a: a.meta["val"] if isinstance(a, fx.Node) else a, (args, kwargs))
         val = target(*meta_args, **meta_kwargs)
-        node_args, node_kwargs = pytree.tree_map(self.graph_arg, (args, kwargs))
+        node_args, node_kwargs = map_args(self.graph_arg, (args, kwargs))
         return self.node(target, node_args, node_kwargs, val)
 
     def node(self, target, args, kwargs, val) -> fx.Node:

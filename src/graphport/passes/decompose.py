@@ -25,6 +25,7 @@ from ..ops.decompositions import DecompositionTable, TablePolicy, default_decomp
 from ..program import ExportedProgram, ModuleCallEntry
 from ..signature import (ConstantArgument, ExportGraphSignature, InputKind, InputSpec, OutputSpec, SymBoolArgument,
                          SymFloatArgument, SymIntArgument, TensorArgument)
+from .._gc import cycle_collection_paused
 from .metadata import finish_metadata
 from .verifier import verify
 
@@ -32,6 +33,7 @@ pytree = _torch.pytree
 _SYMBOLIC_ARGUMENTS = {torch.SymInt: SymIntArgument, torch.SymFloat: SymFloatArgument, torch.SymBool: SymBoolArgument}
 
 
+@cycle_collection_paused
 def run_decompositions(ep: ExportedProgram, decomp_table: dict[Any, Callable] | None = None,
                        decompose_custom_triton_ops: bool = False) -> ExportedProgram:
     """A new program computing what `ep` does, with the operators of `decomp_table`

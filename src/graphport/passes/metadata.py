@@ -16,6 +16,7 @@ import torch.fx as fx
 from torch.fx.passes.shape_prop import TensorMetadata
 
 from .. import _torch
+from ..op_args import map_args
 
 pytree = _torch.pytree
 DEVICE_KEY = "gp_device"     # set by capture on the nodes whose device it knows
@@ -79,7 +80,7 @@ def _device_of_inputs(node: fx.Node, devices: dict[fx.Node, torch.device]) -> to
 
 
 def _on_device(val: Any, device: torch.device) -> Any:
-    return pytree.tree_map_only(torch.Tensor, lambda v: RuntimeValue(v, device) if v.is_meta else v, val)
+    return map_args(lambda v: RuntimeValue(v, device) if isinstance(v, torch.Tensor) and v.is_meta else v, val)
 
 
 def _tensor_meta(val: Any) -> Any:

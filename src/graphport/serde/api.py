@@ -18,6 +18,7 @@ from typing import IO, Any
 import torch
 from safetensors.torch import load_file
 
+from .._gc import cycle_collection_paused
 from ..errors import ArtifactError, GraphportError
 from ..passes.metadata import finish_metadata
 from ..passes.verifier import verify
@@ -122,6 +123,7 @@ def _file_mode(path: str) -> int:
         return 0o666 & ~mask
 
 
+@cycle_collection_paused
 def load(f: PathOrFile, *, extra_files: dict[str, Any] | None = None,
          weights: dict[str, torch.Tensor] | str | os.PathLike | None = None) -> ExportedProgram:
     """Read a program saved by `save`. No code from the file runs.
