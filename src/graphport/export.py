@@ -31,7 +31,7 @@ from .shapes.torch_spec import from_torch
 from .shapes.unbacked import with_data_dependent
 
 
-@cycle_collection_paused
+@cycle_collection_paused()
 def export(mod: torch.nn.Module | Callable, args: tuple, kwargs: dict | None = None, *,
            dynamic_shapes: Any = None, strict: bool = False,
            preserve_module_call_signature: tuple[str, ...] = (),

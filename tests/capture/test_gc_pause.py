@@ -18,7 +18,7 @@ def _collector_restored():
 def test_paused_inside_and_restored_after():
     seen = []
 
-    @cycle_collection_paused
+    @cycle_collection_paused()
     def inner():
         seen.append(gc.isenabled())
 
@@ -28,7 +28,7 @@ def test_paused_inside_and_restored_after():
 
 
 def test_restored_after_an_error():
-    @cycle_collection_paused
+    @cycle_collection_paused()
     def failing():
         raise ValueError("boom")
 
@@ -39,7 +39,7 @@ def test_restored_after_an_error():
 
 
 def test_a_disabled_collector_stays_disabled():
-    @cycle_collection_paused
+    @cycle_collection_paused()
     def inner():
         return 1
 
@@ -50,11 +50,11 @@ def test_a_disabled_collector_stays_disabled():
 def test_nested_calls_keep_it_paused_until_the_outermost_returns():
     states = []
 
-    @cycle_collection_paused
+    @cycle_collection_paused()
     def inner():
         states.append(gc.isenabled())
 
-    @cycle_collection_paused
+    @cycle_collection_paused()
     def outer():
         inner()
         states.append(gc.isenabled())

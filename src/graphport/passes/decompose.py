@@ -33,7 +33,7 @@ pytree = _torch.pytree
 _SYMBOLIC_ARGUMENTS = {torch.SymInt: SymIntArgument, torch.SymFloat: SymFloatArgument, torch.SymBool: SymBoolArgument}
 
 
-@cycle_collection_paused
+@cycle_collection_paused()
 def run_decompositions(ep: ExportedProgram, decomp_table: dict[Any, Callable] | None = None,
                        decompose_custom_triton_ops: bool = False) -> ExportedProgram:
     """A new program computing what `ep` does, with the operators of `decomp_table`

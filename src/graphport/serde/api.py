@@ -9,8 +9,6 @@ verifier.
 """
 from __future__ import annotations
 
-import contextlib
-import gc
 import os
 import tempfile
 from typing import IO, Any
@@ -42,27 +40,12 @@ def save(ep: ExportedProgram, f: PathOrFile, *, extra_files: dict[str, str | byt
                             fix="pass the program graphport.export returned")
     extras = _extra_bytes(extra_files or {})
     table = TensorTable()
-    with collector_paused():
+    with cycle_collection_paused():
         doc = dump_json(program_to_json(ep, table, sorted(extras)))
     if isinstance(f, (str, os.PathLike)):
         _atomic_write(os.fspath(f), lambda out: _write(out, doc, table, extras))
     else:
         _write(f, doc, table, extras)
-
-
-@contextlib.contextmanager
-def collector_paused():
-    """Python's cycle collector off while a program is encoded or decoded (and back as it
-    was after): those make hundreds of thousands of small acyclic objects, and each
-    collection they trigger walks every object of the process, a large model's included,
-    which made load several times slower."""
-    was_enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was_enabled:
-            gc.enable()
 
 
 def _extra_bytes(extra_files: dict) -> dict[str, bytes]:
@@ -123,7 +106,7 @@ def _file_mode(path: str) -> int:
         return 0o666 & ~mask
 
 
-@cycle_collection_paused
+@cycle_collection_paused()
 def load(f: PathOrFile, *, extra_files: dict[str, Any] | None = None,
          weights: dict[str, torch.Tensor] | str | os.PathLike | None = None) -> ExportedProgram:
     """Read a program saved by `save`. No code from the file runs.
@@ -134,7 +117,7 @@ def load(f: PathOrFile, *, extra_files: dict[str, Any] | None = None,
     bound = _weights(weights)
     reader = ArchiveReader(f)
     try:
-        with collector_paused():
+        with cycle_collection_paused():
             return _load(reader, extra_files, bound)
     except ArtifactError:
         raise
