@@ -72,12 +72,23 @@ def _top_level(spec, args: tuple, kwargs: dict, arg_names: list[str]):
     raise _spec_error(f"expected a dict or a tuple, got a {type(spec).__qualname__}", inputs, spec)
 
 
-def _walk(spec, path: tuple, inputs, whole_spec):
-    """The part of `spec` at a leaf's path below the top level; None means static."""
-    for key in path:
+def _walk(spec, path: tuple, inputs, whole_spec, steps: tuple = ()):
+    """The part of `spec` at a leaf's path below the top level; None means static.
+
+    `steps` gives, per key of the path, the child's position in its container and whether
+    that container is a registered class rather than a builtin one. As in torch.export, a
+    registered class (transformers' DynamicCache, a dataclass) may be specified by a list
+    of its children's specs, in the order its pytree flatten gives them.
+    """
+    steps = steps or tuple((None, False) for _ in path)
+    for key, (position, registered) in zip(path, steps):
         if spec is None:
             return None
-        if isinstance(key, pytree.MappingKey):
+        if registered and isinstance(spec, (list, tuple)) and not _is_tensor_spec(spec):
+            if position >= len(spec):
+                raise _spec_error(f"the spec has {len(spec)} entries where the input has more", inputs, whole_spec)
+            spec = spec[position]
+        elif isinstance(key, pytree.MappingKey):
             if not isinstance(spec, dict):
                 raise _spec_error(f"expected a dict of specs at key {key.key!r}, got {spec!r}", inputs, whole_spec)
             spec = spec.get(key.key)
@@ -130,10 +141,11 @@ def resolve(dynamic_shapes, args: tuple, kwargs: dict, arg_names: list[str], pat
                 per_leaf[i] = _per_dim(dynamic_shapes.spec_for(leaf), leaf, paths[i], inputs, dynamic_shapes)
     else:
         positional, keyword = _top_level(dynamic_shapes, args, kwargs, arg_names)
+        steps = _container_steps(pytree.tree_structure((args, kwargs)))
         for i, (path, leaf) in enumerate(flat):
             group, first, rest = path[0].idx, path[1], path[2:]
             top = positional[first.idx] if group == 0 else keyword.get(first.key)
-            spec = _walk(top, rest, inputs, dynamic_shapes)
+            spec = _walk(top, rest, inputs, dynamic_shapes, steps[i][2:])
             if not isinstance(leaf, torch.Tensor):
                 if spec is not None:
                     raise _spec_error(f"{paths[i]} is a {type(leaf).__qualname__}, not a tensor, so it takes no "
@@ -142,6 +154,17 @@ def resolve(dynamic_shapes, args: tuple, kwargs: dict, arg_names: list[str], pat
                 continue
             per_leaf[i] = _per_dim(spec, leaf, paths[i], inputs, dynamic_shapes)
     return _create_symbols(flat, per_leaf, paths)
+
+
+def _container_steps(treespec) -> list[tuple]:
+    """Per leaf, per level of its path: (its position among the container's children,
+    whether the container is a registered class rather than a builtin one)."""
+    if treespec.is_leaf():
+        return [()]
+    registered = treespec.type not in pytree.BUILTIN_TYPES
+    return [((position, registered),) + rest
+            for position, child in enumerate(treespec.children())
+            for rest in _container_steps(child)]
 
 
 def _create_symbols(flat, per_leaf: dict[int, dict[int, Any]], paths: list[str]) -> InputShapes:
