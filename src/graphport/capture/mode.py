@@ -306,7 +306,8 @@ def _spelled_out(size, shape):
 
 def _overwrites_input(rec: Recorder, dst, src) -> bool:
     """`buf.copy_(x)` on a whole input or buffer: its new value is x, no copy node needed."""
-    return (isinstance(src, TracerTensor) and isinstance(dst, TracerTensor) and dst.gp_base is None and id(dst) in rec.placeholder_tracers
+    return (isinstance(src, TracerTensor) and isinstance(dst, TracerTensor) and dst.gp_base is None
+            and id(dst) in rec.placeholder_tracers
             and src.shape == dst.shape and src.dtype == dst.dtype and src.device == dst.device)
 
 

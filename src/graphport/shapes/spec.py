@@ -72,7 +72,7 @@ def _top_level(spec, args: tuple, kwargs: dict, arg_names: list[str]):
     raise _spec_error(f"expected a dict or a tuple, got a {type(spec).__qualname__}", inputs, spec)
 
 
-def _walk(spec, path: tuple, inputs, whole_spec, steps: tuple = ()):
+def _walk(spec, path: tuple, steps: tuple, inputs, whole_spec):
     """The part of `spec` at a leaf's path below the top level; None means static.
 
     `steps` gives, per key of the path, the child's position in its container and whether
@@ -80,7 +80,6 @@ def _walk(spec, path: tuple, inputs, whole_spec, steps: tuple = ()):
     registered class (transformers' DynamicCache, a dataclass) may be specified by a list
     of its children's specs, in the order its pytree flatten gives them.
     """
-    steps = steps or tuple((None, False) for _ in path)
     for key, (position, registered) in zip(path, steps):
         if spec is None:
             return None
@@ -145,7 +144,7 @@ def resolve(dynamic_shapes, args: tuple, kwargs: dict, arg_names: list[str], pat
         for i, (path, leaf) in enumerate(flat):
             group, first, rest = path[0].idx, path[1], path[2:]
             top = positional[first.idx] if group == 0 else keyword.get(first.key)
-            spec = _walk(top, rest, inputs, dynamic_shapes, steps[i][2:])
+            spec = _walk(top, rest, steps[i][2:], inputs, dynamic_shapes)
             if not isinstance(leaf, torch.Tensor):
                 if spec is not None:
                     raise _spec_error(f"{paths[i]} is a {type(leaf).__qualname__}, not a tensor, so it takes no "
