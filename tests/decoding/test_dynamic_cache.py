@@ -8,6 +8,7 @@ the same models. The default suite runs GPT-2; the other models are slow.
 from __future__ import annotations
 
 import re
+import zipfile
 
 import pytest
 import torch
@@ -92,6 +93,18 @@ def test_saved_and_loaded_programs_decode_like_eager(gpt2, tmp_path):
     prefill2, step2 = gp.load(tmp_path / "prefill.gport"), gp.load(tmp_path / "step.gport")
     assert step2.call_spec.in_spec == step.call_spec.in_spec
     assert_decodes_like(model, prefill2.module(), step2.module(), RUNS[:2])
+
+
+def test_the_archive_names_the_cache_type_and_load_finds_it_among_registered_types(gpt2, tmp_path, monkeypatch):
+    _, (_, step) = gpt2
+    gp.save(step, tmp_path / "step.gport")
+    with zipfile.ZipFile(tmp_path / "step.gport") as archive:
+        text = archive.read("graphport.json").decode()
+    assert '"type": "transformers.cache_utils.DynamicCache"' in text.replace('":"', '": "')
+    # not registered in the loading process: an error that names it, and no import is tried
+    monkeypatch.delitem(torch.utils._pytree.SERIALIZED_TYPE_TO_PYTHON_TYPE, "transformers.cache_utils.DynamicCache")
+    with pytest.raises(gp.errors.ArtifactError, match="transformers.cache_utils.DynamicCache, which is not registered"):
+        gp.load(tmp_path / "step.gport")
 
 
 def test_programs_converted_to_torch_export_decode_like_eager(gpt2):
