@@ -437,6 +437,9 @@ def _walk(exp: pytree.TreeSpec, got: pytree.TreeSpec, path: str) -> tuple[str, s
             return "a tensor or value" if s.is_leaf() else f"a {s.type.__name__}"
         return path, f"is {kind(got)}, expected {kind(exp)}"
     if exp.context != got.context:
+        if exp.type not in pytree.BUILTIN_TYPES:   # a registered class: its context is its own metadata
+            return path, (f"is a {exp.type.__qualname__} whose pytree context is {got.context!r}, expected "
+                          f"{exp.context!r} (for a cache: another number or kind of layers)")
         if isinstance(exp.context, list) and isinstance(got.context, list):
             missing = [k for k in exp.context if k not in got.context]
             extra = [k for k in got.context if k not in exp.context]

@@ -83,7 +83,8 @@ def capture(fn: Callable, args: tuple, kwargs: dict, root: torch.nn.Module | Non
             stack.enter_context(TorchFunctionTracker(rec.enter_torch_fn))
         rec.until_done = stack   # contexts capture enters on the way (capture/data_dependent.py)
         with state.swapped() if state is not None else contextlib.nullcontext(), CaptureMode(rec, policy):
-            out = fn(*inputs.tracer_args, **inputs.tracer_kwargs)
+            tracer_args, tracer_kwargs = inputs.rebuild()
+            out = fn(*tracer_args, **tracer_kwargs)
         rec.module_stack.clear()
         # still inside the environment: size arithmetic needs torch's Python meta kernels
         signature, out_spec = finish_graph(rec, out, inputs, state, _definition_site(fn))

@@ -23,14 +23,21 @@ SCALAR_TYPES = (int, float, bool, str, torch.dtype, torch.device, type(None))
 @dataclass
 class UserInputs:
     """The flattened inputs as the program sees them during capture."""
-    tracer_args: tuple
-    tracer_kwargs: dict
     leaves: list[Any]                      # per flat input: its tracer or Python value
     specs: list[InputSpec]                 # per flat input: its signature entry
     in_spec: Any                           # pytree spec of (args, kwargs)
     paths: list[str]                       # printable path of each flat input (`x['a'][0]`)
     aliases: dict[int, int] = field(default_factory=dict)   # flat index -> earlier index it must be
     nodes: dict[int, Any] = field(default_factory=dict)     # flat index -> placeholder of a tensor or SymInt input
+
+    def rebuild(self) -> tuple[tuple, dict]:
+        """(args, kwargs) for the program: fresh containers around the tracers, made by each
+        container's pytree unflatten, as torch.export does. Call it inside the capture: a
+        registered container's unflatten may run tensor ops on its leaves (transformers'
+        DynamicCache concatenates them into its layers), and those belong in the graph. The
+        caller's own containers never reach the program, so what it does to them in Python
+        (a cache appending to its layers) cannot leak tracers into them."""
+        return pytree.tree_unflatten(self.leaves, self.in_spec)
 
 
 def trace_inputs(rec: Recorder, args: tuple, kwargs: dict, arg_names: list[str],
@@ -77,8 +84,7 @@ def trace_inputs(rec: Recorder, args: tuple, kwargs: dict, arg_names: list[str],
                 fix="pass tensors, Python scalars or strings in tuples, lists, dicts or namedtuples; for your own "
                     "container class, call graphport.register_dataclass(cls) (dataclasses) or "
                     "torch.utils._pytree.register_pytree_node")
-    tracer_args, tracer_kwargs = pytree.tree_unflatten(leaves, in_spec)
-    return UserInputs(tracer_args, tracer_kwargs, leaves, specs, in_spec, paths, aliases, nodes)
+    return UserInputs(leaves, specs, in_spec, paths, aliases, nodes)
 
 
 def symbolic_meta(real: torch.Tensor, sizes: list, env) -> torch.Tensor:

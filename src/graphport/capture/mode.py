@@ -236,6 +236,8 @@ class CaptureMode(_torch.TorchDispatchMode):
             raise UnsupportedFeatureError(
                 f"the in-place operator {func} has no functional counterpart graphport knows",
                 fix="use the out-of-place form of the operation (for example `x = x.op(...)` instead of `x.op_(...)`)")
+        # a write into a buffer reached through another object (a StaticCache layer) is the buffer's
+        args = tuple(self.rec.state_tracers.get(id(a), a) if type(a) is torch.Tensor else a for a in args)
         self.run_meta(func, args, kwargs)  # eager's checks (dtype casts, broadcast into self)
         schema = func._schema
         bound = _bind(schema, args, kwargs)
@@ -345,7 +347,8 @@ def _spelled_out(size, shape):
 
 def _overwrites_input(rec: Recorder, dst, src) -> bool:
     """`buf.copy_(x)` on a whole input or buffer: its new value is x, no copy node needed."""
-    return (isinstance(src, TracerTensor) and dst.gp_base is None and id(dst) in rec.placeholder_tracers
+    return (isinstance(src, TracerTensor) and isinstance(dst, TracerTensor) and dst.gp_base is None
+            and id(dst) in rec.placeholder_tracers
             and src.shape == dst.shape and src.dtype == dst.dtype and src.device == dst.device)
 
 

@@ -40,6 +40,7 @@ class Recorder:
         self.constants: dict[int, TracerTensor] = {}       # id(real tensor) -> its lifted tracer
         self.constant_values: dict[str, torch.Tensor] = {}  # target -> real tensor
         self.constant_names: dict[int, str] = {}           # id(attribute tensor) -> attribute fqn
+        self.state_tracers: dict[int, TracerTensor] = {}   # id(real parameter or buffer) -> its tracer
         self.constant_targets: dict[str, str] = {}         # placeholder name -> constant target
         self.placeholders: list[fx.Node] = []               # in the order they were created
         self.placeholder_tracers: set[int] = set()          # id() of tracers standing for placeholders
@@ -88,8 +89,10 @@ class Recorder:
         return tracer
 
     def constant(self, real: torch.Tensor) -> TracerTensor:
-        """The tracer for a real tensor met during capture: a lifted constant input."""
-        known = self.constants.get(id(real))
+        """The tracer for a real tensor met during capture: a lifted constant input, or the
+        placeholder of a parameter or buffer the program reached through another object
+        (transformers' StaticCache holds its buffers' tensors)."""
+        known = self.state_tracers.get(id(real), self.constants.get(id(real)))
         if known is not None:
             return known
         target = self.constant_names.get(id(real))

@@ -45,6 +45,7 @@ class ModuleState:
                 if isinstance(value, torch.Tensor) and id(value) not in self.by_id:
                     rec.constant_names.setdefault(id(value), f"{mod_name}.{attr}" if mod_name else attr)
         self.reassigned: dict[str, torch.Tensor] = {}
+        rec.state_tracers = self.by_id
 
     @contextlib.contextmanager
     def swapped(self):

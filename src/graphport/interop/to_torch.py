@@ -143,15 +143,14 @@ def _input_paths(ep: ExportedProgram) -> list[str]:
     """How torch's module() names each flat user input in its guards: `L['x']`, `L['kw'][0]`."""
     sig = ep.call_spec
     count = sum(s.kind is gsig.InputKind.USER_INPUT for s in ep.graph_signature.input_specs)
-    args, kwargs = tree_unflatten(list(range(count)), sig.in_spec)
+    # empty tensors stand for the leaves: a registered container's unflatten may run tensor
+    # ops on them (transformers' DynamicCache does); flattening gives the leaves back in order
+    args, kwargs = tree_unflatten([torch.empty(0) for _ in range(count)], sig.in_spec)
     bound = {**dict(zip(sig.forward_arg_names or [], args)), **kwargs}
     if len(bound) != len(args) + len(kwargs):
         raise UnsupportedFeatureError("the program's positional inputs have no names, so torch.export's module() "
                                       "cannot check their sizes", fix="export the program again with graphport.export")
-    paths = [""] * count
-    for path, index in tree_flatten_with_path(bound)[0]:
-        paths[index] = "L" + keystr(path)
-    return paths
+    return ["L" + keystr(path) for path, _ in tree_flatten_with_path(bound)[0]]
 
 
 @dataclasses.dataclass(frozen=True)

@@ -130,7 +130,8 @@ class ShapeContract:
             sym = symbol_of_kind(s["symbol"], s.get("kind", "size"))
             src = s["source"]
             if "input" in src:
-                source = InputDimension(*(_integer(src[k]) for k in ("input", "dim", "coeff", "offset")))
+                dim = None if src["dim"] is None else _integer(src["dim"])   # None: a dynamic int input
+                source = InputDimension(_integer(src["input"]), dim, _integer(src["coeff"]), _integer(src["offset"]))
             else:
                 source = ComputedValue(_text(src["node"]))
             if sym in symbols or s["valid_from"] is not None and type(s["valid_from"]) is not int:

@@ -73,15 +73,23 @@ def _top_level(spec, args: tuple, kwargs: dict, arg_names: list[str]):
     raise _spec_error(f"expected a dict or a tuple, got a {type(spec).__qualname__}", inputs, spec)
 
 
-def _walk(spec, path: tuple, inputs, whole_spec, node=None):
-    """The part of `spec` at a leaf's path below the top level; None means static. `node` is
-    the input object the spec describes there (a registered class's spec may list its
-    children in flattening order, as torch.export writes them, or name them in a dict)."""
-    for key in path:
+def _walk(spec, path: tuple, steps: tuple, inputs, whole_spec):
+    """The part of `spec` at a leaf's path below the top level; None means static.
+
+    `steps` gives, per key of the path, the child's position in its container, whether that
+    container is a registered class rather than a builtin one, and how many children it has.
+    As in torch.export, a registered class (transformers' DynamicCache, a dataclass) may be
+    specified by a list of its children's specs, in the order its pytree flatten gives them.
+    """
+    for key, (position, registered, count) in zip(path, steps):
         if spec is None:
             return None
-        container, node = node, _child(node, key)
-        if isinstance(key, pytree.MappingKey):
+        if registered and isinstance(spec, (list, tuple)) and not _is_tensor_spec(spec):
+            if len(spec) != count:
+                raise _spec_error(f"the spec lists {len(spec)} entries for a registered container with {count} "
+                                  "children (in its flattening order)", inputs, whole_spec)
+            spec = spec[position]
+        elif isinstance(key, pytree.MappingKey):
             if not isinstance(spec, dict):
                 raise _spec_error(f"expected a dict of specs at key {key.key!r}, got {spec!r}", inputs, whole_spec)
             spec = spec.get(key.key)
@@ -93,34 +101,8 @@ def _walk(spec, path: tuple, inputs, whole_spec, node=None):
                 raise _spec_error(f"the spec has {len(spec)} entries where the input has more", inputs, whole_spec)
             spec = spec[key.idx]
         elif isinstance(key, pytree.GetAttrKey):
-            if isinstance(spec, dict):
-                spec = spec.get(key.name)
-            elif isinstance(spec, (list, tuple)) and not _is_tensor_spec(spec):
-                spec = _by_position(spec, key, container, inputs, whole_spec)
-            else:
-                spec = getattr(spec, key.name, None)
+            spec = spec.get(key.name) if isinstance(spec, dict) else getattr(spec, key.name, None)
     return spec
-
-
-def _child(node, key):
-    if node is None:
-        return None
-    if isinstance(key, pytree.MappingKey):
-        return node[key.key]
-    if isinstance(key, pytree.SequenceKey):
-        return node[key.idx]
-    return getattr(node, key.name, None) if isinstance(key, pytree.GetAttrKey) else None
-
-
-def _by_position(spec, key, container, inputs, whole_spec):
-    """A registered class's child spec from a list in flattening order (torch's layout)."""
-    order = [] if container is None else list(dict.fromkeys(
-        path[0].name for path, _ in pytree.tree_flatten_with_path(container)[0]
-        if path and isinstance(path[0], pytree.GetAttrKey)))
-    if key.name not in order or len(spec) != len(order):
-        raise _spec_error(f"the spec of a {type(container).__qualname__} lists {len(spec)} entries for its "
-                          f"{len(order)} children {order}", inputs, whole_spec)
-    return spec[order.index(key.name)]
 
 
 def _is_tensor_spec(spec) -> bool:
@@ -160,11 +142,11 @@ def resolve(dynamic_shapes, args: tuple, kwargs: dict, arg_names: list[str], pat
                 per_leaf[i] = _per_dim(dynamic_shapes.spec_for(leaf), leaf, paths[i], inputs, dynamic_shapes)
     else:
         positional, keyword = _top_level(dynamic_shapes, args, kwargs, arg_names)
+        steps = _container_steps(pytree.tree_structure((args, kwargs)))
         for i, (path, leaf) in enumerate(flat):
             group, first, rest = path[0].idx, path[1], path[2:]
             top = positional[first.idx] if group == 0 else keyword.get(first.key)
-            root = args[first.idx] if group == 0 else kwargs[first.key]
-            spec = _walk(top, rest, inputs, dynamic_shapes, root)
+            spec = _walk(top, rest, steps[i][2:], inputs, dynamic_shapes)
             if _is_dynamic_int(leaf, spec, paths[i], inputs, dynamic_shapes):
                 per_leaf[i] = {None: spec}
                 continue
@@ -194,6 +176,19 @@ def _is_dynamic_int(leaf, spec, path: str, inputs, whole_spec) -> bool:
                           "Dim.DYNAMIC or Dim.AUTO, with min= / max= for its range", inputs, whole_spec,
                           InvalidDimError)
     return False
+
+
+def _container_steps(treespec) -> list[tuple]:
+    """Per leaf, per level of its path: (its position among the container's children,
+    whether the container is a registered class rather than a builtin one, how many
+    children it has)."""
+    if treespec.is_leaf():
+        return [()]
+    registered = treespec.type not in pytree.BUILTIN_TYPES
+    children = treespec.children()
+    return [((position, registered, len(children)),) + rest
+            for position, child in enumerate(children)
+            for rest in _container_steps(child)]
 
 
 def _create_symbols(flat, per_leaf: dict[int, dict[int, Any]], paths: list[str]) -> InputShapes:
