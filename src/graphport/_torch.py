@@ -31,13 +31,16 @@ disabled_torch_function_impl = torch._C._disabled_torch_function_impl
 # Dispatch below autograd: composite ops reach a dispatch mode whole, as export wants them.
 below_autograd = torch._C._AutoDispatchBelowADInplaceOrView
 make_wrapper_subclass = torch.Tensor._make_wrapper_subclass
+# Whether any module hook is registered process-wide (nn.Module.__call__ then runs them).
+has_global_module_hooks = torch.nn.modules.module._has_any_global_hook
 
 __all__ = ["OpOverload", "HigherOrderOperator", "TorchDispatchMode", "enable_python_dispatcher", "pytree",
            "below_autograd", "make_wrapper_subclass", "disabled_torch_function_impl", "has_kernel",
            "is_composite_implicit", "has_meta_kernel", "higher_order_operators", "compiler_flags",
            "set_compiler_flags", "hop_entry_module", "decomposition_table", "python_reference", "while_loop",
            "scan", "outside_dispatch_modes", "core_aten_decompositions", "auto_functionalized", "cpu_backend_kernels",
-           "fake_kernel", "fake_kernel_context", "composite_implicit_op_names", "is_core_aten"]
+           "fake_kernel", "fake_kernel_context", "composite_implicit_op_names", "is_core_aten",
+           "has_global_module_hooks"]
 
 _CIA = torch._C.DispatchKey.CompositeImplicitAutograd
 _META_CAPABLE = (torch._C.DispatchKey.Meta, torch._C.DispatchKey.CompositeExplicitAutograd,
