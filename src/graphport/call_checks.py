@@ -85,6 +85,9 @@ def _build(in_spec, expected, contract, aliases, keywords_by_name):
         raise _Unsupported
     shapes = {}
     for i, (leaf, (is_constant, want)) in enumerate(zip(leaves, expected)):
+        if is_constant and want is None:
+            src.line(f"if {leaf} is not None: return None")
+            continue
         if is_constant:
             if type(want) not in _CONSTANT_TYPES:
                 raise _Unsupported
@@ -136,8 +139,6 @@ def _destructure(src: _Source, spec: pytree.TreeSpec, value: str, leaves: list[s
         src.line(f"if type({name}) is not dict or tuple({name}) != {src.constant(tuple(keys))}: return None")
         for key, child in zip(keys, spec.children()):
             _destructure(src, child, f"{name}[{src.constant(key)}]", leaves)
-    elif kind is type(None):
-        src.line(f"if {name} is not None: return None")
     else:
         raise _Unsupported   # namedtuples, OrderedDicts, registered classes: the general checks
 
@@ -236,8 +237,8 @@ def _python(expr: sympy.Basic, names: dict[sympy.Symbol, str]) -> str:
 
 def build_output_builder(out_spec: pytree.TreeSpec) -> Callable[[Any], Any]:
     """`build(outputs)`: the graph's flat outputs in the program's output structure, as
-    `tree_unflatten` builds them, generated as one expression for tuples, lists, dicts and
-    None (anything else is built by `tree_unflatten`)."""
+    `tree_unflatten` builds them, generated as one expression for tuples, lists and dicts
+    (anything else is built by `tree_unflatten`)."""
     src = _Source()
     counter = iter(range(out_spec.num_leaves))
     try:
@@ -261,6 +262,4 @@ def _rebuild(src: _Source, spec: pytree.TreeSpec, counter) -> str:
         return "[" + ", ".join(children) + "]"
     if kind is dict:
         return "{" + ", ".join(f"{src.constant(k)}: {c}" for k, c in zip(spec.context, children)) + "}"
-    if kind is type(None):
-        return "None"
     raise _Unsupported
