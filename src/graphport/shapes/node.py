@@ -75,6 +75,8 @@ _SYMPY_ARITH = {
     "mod": lambda a, b: Mod(a, b), "sym_max": sympy.Max, "sym_min": sympy.Min,
 }
 _REL = {"eq": sympy.Eq, "ne": sympy.Ne, "lt": sympy.Lt, "le": sympy.Le, "gt": sympy.Gt, "ge": sympy.Ge}
+# Unevaluated: sympy's own evaluation is slow, and the env decides relations anyway.
+_UNEVALUATED_REL = {op: functools.partial(fn, evaluate=False) for op, fn in _REL.items()}
 
 _LIMIT = 2 ** 30   # a float expression with dyadic coefficients this small is computed exactly
 
@@ -116,7 +118,7 @@ class SymNode:
         self._expr = expr
         self.env = env
         self.pytype = pytype
-        self.shape_env = ShapeEnvAdapter(env)
+        self.shape_env = _adapter(env)
         self.recipe = recipe        # (operation, *arguments: SymNode or Python constant), or None
         self.exact = exact          # expr is the eager value at every size
         self._replayed = None
@@ -423,12 +425,11 @@ class SymNode:
         fn = _REL[op]
         a, b = self.expr, other.expr
         if self._pure(other):
-            if a == b:
+            if hash(a) == hash(b) and a == b:
                 return self.wrap_bool(fn in (sympy.Eq, sympy.Le, sympy.Ge))
             if a.is_Number and b.is_Number:
                 return self._new(fn(a, b), bool)
-            # Unevaluated: sympy's own evaluation is slow, and the env decides relations anyway.
-            return self._new(fn(a, b, evaluate=False), bool)
+            return self._new(self.env.memo(_UNEVALUATED_REL[op], a, b), bool)
         exact = self.exact and other.exact
         if a.has(Opaque) or b.has(Opaque):
             expr = None
@@ -463,7 +464,7 @@ class SymNode:
         if a is sympy.true or b is sympy.true:
             return other if a is sympy.true else self
         if self._pure(other):
-            return self._new(sympy.And(a, b), bool)
+            return self._new(self.env.memo(sympy.And, a, b), bool)
         expr = None if a.has(Opaque) or b.has(Opaque) else sympy.And(a, b)
         return self._made("and", (self, other), bool, expr, self.exact and other.exact)
 
@@ -474,7 +475,7 @@ class SymNode:
         if a is sympy.false or b is sympy.false:
             return other if a is sympy.false else self
         if self._pure(other):
-            return self._new(sympy.Or(a, b), bool)
+            return self._new(self.env.memo(sympy.Or, a, b), bool)
         expr = None if a.has(Opaque) or b.has(Opaque) else sympy.Or(a, b)
         return self._made("or", (self, other), bool, expr, self.exact and other.exact)
 
@@ -535,14 +536,20 @@ class SymNode:
             asserter(self)
         return True
 
+    def _unless_settled(self, default: bool) -> bool:
+        """guard_or_false / guard_or_true: kernels ask these where the default's path is right
+        at every size (a fast path otherwise), so only an answer that holds at every declared
+        size overrides it. No guard, and no assumption about small sizes: the answer needs
+        no proof at sizes 0 and 1."""
+        found = self.env.settled(self.expr) if self.recipe is None or self.exact else self._static(decides=True)
+        return default if found is None else found
+
     def guard_or_false(self, file: str = "", line: int = 0) -> bool:
         """Kernels ask this for fast paths where False is always a valid answer: no guard."""
-        found = self._static(decides=True)
-        return False if found is None else found
+        return self._unless_settled(False)
 
     def guard_or_true(self, file: str = "", line: int = 0) -> bool:
-        found = self._static(decides=True)
-        return True if found is None else found
+        return self._unless_settled(True)
 
     def guard_size_oblivious(self, file: str = "", line: int = 0) -> bool:
         """Answered as if every size were at least 2, guarding only if that does not settle it."""
@@ -709,6 +716,14 @@ def _strides_follow(env: ShapeEnv, sizes, strides, order, guarded: bool = True) 
     return True
 
 
+def _adapter(env: ShapeEnv) -> "ShapeEnvAdapter":
+    """The env's one adapter (every node of an env answers torch's questions the same way)."""
+    found = env.__dict__.get("_adapter")
+    if found is None:
+        found = env.__dict__["_adapter"] = ShapeEnvAdapter(env)
+    return found
+
+
 class ShapeEnvAdapter:
     """The ShapeEnv questions torch's Python shape helpers ask of `node.shape_env`.
 
@@ -726,8 +741,7 @@ class ShapeEnvAdapter:
 
     def evaluate_sym_node(self, node, size_oblivious=False, fallback_value=None):
         if fallback_value is not None:   # guard_or_false / guard_or_true: the default needs no guard
-            found = node._static(decides=True)
-            return fallback_value if found is None else found
+            return node._unless_settled(fallback_value)
         return node.guard_size_oblivious() if size_oblivious else node.guard_bool()
 
     def guarding_hint_or_throw(self, expr):
