@@ -10,7 +10,8 @@ graph's order, or None as soon as anything differs.
 
 It never raises and never words an error: on None the module runs the general checks
 (`runtime.py`), which refuse the call with the precise message, or accept a call the
-generated code does not cover (keyword arguments in another order, a tensor subclass), so
+generated code does not cover (a dict argument whose keys come in another order, a tensor
+subclass), so
 the generated code only has to be sound: it accepts nothing the general checks refuse.
 The source is built only from the program's validated data (specs, dtypes, integers and
 sympy expressions of our own closed grammar); constants go in through the function's

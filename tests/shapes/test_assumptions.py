@@ -1,8 +1,7 @@
 """Answers that rely on sizes being large are remembered, so smaller sizes get proven.
 
-Kernels ask "is this size 1?" through fast paths (`guard_size_oblivious`,
-`statically_known_true`) that must not add guards (`guard_or_false` and `guard_or_true`
-keep their default unless the declared ranges settle them, which assumes nothing). An answer that only holds for sizes of
+Kernels ask "is this size 1?" through fast paths (`guard_or_false`, `guard_size_oblivious`,
+`statically_known_true`) that must not add guards. An answer that only holds for sizes of
 at least 2 is still an assumption the program now depends on: the shape environment must
 record it, or a size of 1 would run a program captured for larger sizes."""
 import sympy
@@ -32,13 +31,10 @@ def test_size_oblivious_answer_records_the_assumption_it_needed():
     assert env.assumed_min.get(s, 0) >= 2 and not env.guards
 
 
-def test_guard_or_false_keeps_its_default_unless_the_declared_range_settles_it():
-    # torch asks guard_or_false / guard_or_true where the default's path is right at every
-    # size: answering with the default needs no assumption, so no small size needs proving
+def test_guard_or_false_answer_from_large_sizes_is_remembered():
     env, s = _env()
-    assert _question(env, sympy.Ne(s, 1)).guard_or_false() is False
-    assert _question(env, sympy.Eq(s, 1)).guard_or_true() is True
-    assert not env.assumed_min and not env.guards
+    assert _question(env, sympy.Ne(s, 1)).guard_or_false() is True
+    assert env.assumed_min.get(s, 0) >= 2 and not env.guards
 
 
 def test_an_answer_the_declared_range_settles_assumes_nothing():
@@ -51,7 +47,7 @@ def test_assumptions_never_exceed_the_example_size():
     env = ShapeEnv()
     s = env.create_symbol(2, ValueRange(0, 10), "n", (0, 0))
     # "(n + 1) // 2 == 1" holds at the example n = 2: no assumption may decide it False
-    assert _question(env, sympy.Eq((s + 1) // 2, 1)).guard_size_oblivious() is True
+    assert _question(env, sympy.Eq((s + 1) // 2, 1)).guard_or_false() is False
     assert env.assumed_min.get(s, 0) <= 2
 
 

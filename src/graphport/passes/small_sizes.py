@@ -11,16 +11,6 @@ told which line decides differently.
 A pinned trace is sound for the other symbols only where its own decisions hold, so it
 must not need stronger assumptions about them than the original capture did, nor ask
 questions the original did not; combinations of several small sizes are traced together.
-
-Most of the time the trace is not needed. The capture is valid at every size where each
-answer it acted on stays the same: that is what makes it valid across the range at all.
-So a small size is first checked against the answers themselves: every answer that needed
-the assumption, and every guard, is worked out again at the pinned size (the other sizes
-within what the capture assumed of them), with the same decision procedure. Where all
-stand, the pinned trace would ask the same questions, get the same answers and record the
-same graph, and the size is proven without tracing; where one does not (or the program
-has data-dependent values, whose facts the pins could change), it is traced as above,
-which also says why and where the program differs.
 """
 from __future__ import annotations
 
@@ -38,7 +28,6 @@ from ..errors import GraphportError, InternalError, OperatorError
 from ..ops.kinds import Kind, op_info
 from .decided_conds import inline_decided_conds
 from ..shapes.env import ShapeEnv
-from ..shapes.expr import ValueRange, decide
 from ..shapes.node import SymNode, value_at
 from ..shapes.spec import InputShapes
 from ..source import SourceLocation, location_in_traceback
@@ -60,7 +49,6 @@ class SmallSizeReport:
     refused: dict[tuple[sympy.Symbol, int], Refusal] = field(default_factory=dict)
     exclusions: list[dict[sympy.Symbol, int]] = field(default_factory=list)   # combinations proven invalid
     traces: int = 0
-    proven_from_answers: int = 0   # sizes (or combinations) proven without a trace
 
 
 def prove_small_sizes(retrace: Callable[..., Any], shapes: InputShapes, graph: fx.Graph,
@@ -127,9 +115,6 @@ def _try(pins: dict[sympy.Symbol, int], retrace, shapes: InputShapes, graph: fx.
          report: SmallSizeReport):
     """(why the pinned sizes are not valid, or None; the pinned trace's own assumptions)."""
     pins = {s: sympy.Integer(v) for s, v in pins.items()}
-    if _answers_stand(shapes.env, pins):
-        report.proven_from_answers += 1
-        return None, {}
     pinned = pin(shapes, pins)
     report.traces += 1
     try:
@@ -155,40 +140,6 @@ def _try(pins: dict[sympy.Symbol, int], retrace, shapes: InputShapes, graph: fx.
             return Refusal(f"the program asks another question of the sizes there ({guard.rel})", guard.location,
                            False), {}
     return None, dict(pinned.env.assumed_min)
-
-
-def _answers_stand(env: ShapeEnv, pins: dict[sympy.Symbol, sympy.Integer]) -> bool:
-    """Whether every answer the capture acted on holds at the pinned sizes: each answer that
-    needed sizes >= 1 or >= 2 is decided the same way there (the other symbols in the ranges
-    the capture assumed for them), and each guard holds there at the other symbols' example
-    sizes and is not contradicted by those ranges. Then a trace at the pinned sizes would
-    take every step the capture took. False when in doubt: the caller traces."""
-    if env.unbacked.infos:
-        return False
-    others = {s: ValueRange(max(i.declared.lower, env.assumed_min.get(s, 0)), i.declared.upper)
-              for s, i in env.symbols.items() if s not in pins}
-    hints = {s: sympy.Integer(i.hint) for s, i in env.symbols.items() if s not in pins}
-    for rel, answer in env.assumed_answers.items():
-        if rel.free_symbols.isdisjoint(pins):
-            continue
-        there = _substituted(rel, pins)
-        if there is None or decide(there, others) is not answer:
-            return False
-    for guard in env.guards:
-        if guard.rel.free_symbols.isdisjoint(pins):
-            continue
-        there = _substituted(guard.rel, pins)
-        if there is None or decide(there, others) is False or _substituted(there, hints) is not sympy.true:
-            return False
-    return True
-
-
-def _substituted(expr: sympy.Basic, values: dict) -> sympy.Basic | None:
-    """`expr` at the given sizes, or None where it divides by a size that is 0 there."""
-    try:
-        return expr.xreplace(values)
-    except ZeroDivisionError:
-        return None
 
 
 def _compare_constants(ours: dict, theirs: dict) -> tuple[str, None] | None:

@@ -52,8 +52,6 @@ class ShapeEnv:
     # exceeds its declared minimum: sizes below it need their own export.
     assumed_min: dict[sympy.Symbol, int] = field(default_factory=dict)
     assumption_sites: dict[sympy.Symbol, SourceLocation | None] = field(default_factory=dict)
-    # relation -> the answer the capture acted on, for the answers that needed sizes >= 1 or >= 2
-    assumed_answers: dict = field(default_factory=dict)
     _simplified: dict = field(default_factory=dict)
     _decisions: dict = field(default_factory=dict)
     _arith: dict = field(default_factory=dict)
@@ -116,7 +114,6 @@ class ShapeEnv:
             found = self._cached_decide(rel, least)
             if found is not None:
                 if record:
-                    self.assumed_answers[rel] = found
                     for sym in rel.free_symbols & self.symbols.keys():
                         if self.symbols[sym].declared.lower < least and self.assumed_min.get(sym, 0) < least:
                             self.assumed_min[sym] = least
@@ -125,17 +122,6 @@ class ShapeEnv:
         if self.unbacked.facts:
             return self.unbacked.decide(rel, self.ranges)
         return None
-
-    def settled(self, rel: sympy.Basic) -> bool | None:
-        """The relation's truth if it holds the same way at every declared size (and every
-        value the stated facts allow), else None: no guard, no assumption."""
-        rel = self.simplify(rel)
-        if rel is sympy.true or rel is sympy.false:
-            return bool(rel)
-        found = self._cached_decide(rel, 0)
-        if found is None and self.unbacked.facts:
-            return self.unbacked.decide(rel, self.ranges)
-        return found
 
     def hints(self) -> dict[sympy.Symbol, sympy.Integer]:
         return {s: sympy.Integer(i.hint) for s, i in self.symbols.items()}

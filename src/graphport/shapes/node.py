@@ -536,20 +536,14 @@ class SymNode:
             asserter(self)
         return True
 
-    def _unless_settled(self, default: bool) -> bool:
-        """guard_or_false / guard_or_true: kernels ask these where the default's path is right
-        at every size (a fast path otherwise), so only an answer that holds at every declared
-        size overrides it. No guard, and no assumption about small sizes: the answer needs
-        no proof at sizes 0 and 1."""
-        found = self.env.settled(self.expr) if self.recipe is None or self.exact else self._static(decides=True)
-        return default if found is None else found
-
     def guard_or_false(self, file: str = "", line: int = 0) -> bool:
         """Kernels ask this for fast paths where False is always a valid answer: no guard."""
-        return self._unless_settled(False)
+        found = self._static(decides=True)
+        return False if found is None else found
 
     def guard_or_true(self, file: str = "", line: int = 0) -> bool:
-        return self._unless_settled(True)
+        found = self._static(decides=True)
+        return True if found is None else found
 
     def guard_size_oblivious(self, file: str = "", line: int = 0) -> bool:
         """Answered as if every size were at least 2, guarding only if that does not settle it."""
@@ -741,7 +735,8 @@ class ShapeEnvAdapter:
 
     def evaluate_sym_node(self, node, size_oblivious=False, fallback_value=None):
         if fallback_value is not None:   # guard_or_false / guard_or_true: the default needs no guard
-            return node._unless_settled(fallback_value)
+            found = node._static(decides=True)
+            return fallback_value if found is None else found
         return node.guard_size_oblivious() if size_oblivious else node.guard_bool()
 
     def guarding_hint_or_throw(self, expr):
