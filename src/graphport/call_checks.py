@@ -172,8 +172,8 @@ def _contract_checks(src: _Source, contract, shapes: dict[int, str]) -> None:
         if source.index not in shapes:
             raise _Unsupported
         value = src.fresh("z")
-        read = f"{shapes[source.index]}[{source.dim}]"
-        coeff, offset = int(source.coeff), int(source.offset)
+        read = f"{shapes[source.index]}[{_integer(source.dim)}]"
+        coeff, offset = _integer(source.coeff), _integer(source.offset)
         if (coeff, offset) == (1, 0):
             src.line(f"{value} = {read}")
             read_as_is.add((source.index, source.dim, sym))
@@ -183,7 +183,7 @@ def _contract_checks(src: _Source, contract, shapes: dict[int, str]) -> None:
         lower, upper = fact.range.lower, fact.range.upper
         bounds = ([f"{value} < {_integer(lower)}"] if lower != -INF else []) + (
             [f"{value} > {_integer(upper)}"] if upper != INF else []) + (
-            [f"{value} < {int(fact.valid_from)}"] if fact.valid_from is not None else [])
+            [f"{value} < {_integer(fact.valid_from)}"] if fact.valid_from is not None else [])
         if bounds:
             src.line(f"if {' or '.join(bounds)}: return None")
         names[sym] = value
@@ -192,13 +192,14 @@ def _contract_checks(src: _Source, contract, shapes: dict[int, str]) -> None:
             raise _Unsupported
         if (index, dim, expr) in read_as_is:
             continue   # the dimension the symbol was just read from
-        src.line(f"if {shapes[index]}[{dim}] != {_python(expr, names)}: return None")
+        src.line(f"if {shapes[index]}[{_integer(dim)}] != {_python(expr, names)}: return None")
     for relation in contract.relations:
         src.line(f"if not {_python(relation.rel, names)}: return None")
 
 
 def _integer(value) -> int:
-    if isinstance(value, int) or (isinstance(value, sympy.Basic) and value.is_Integer):
+    """An integer written into the source: only ints (a loaded program's contract is data)."""
+    if type(value) is int or (isinstance(value, sympy.Basic) and value.is_Integer):
         return int(value)
     raise _Unsupported
 

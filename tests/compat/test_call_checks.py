@@ -171,3 +171,21 @@ def test_hooks_run_and_calls_are_still_checked():
     handle.remove()
     torch.testing.assert_close(m(x, mask=mask), Pair()(x, mask=mask))
     assert seen == [8]
+
+
+def test_only_integers_from_the_contract_are_written_into_the_source():
+    import dataclasses
+
+    from graphport.call_checks import build_input_checker
+
+    x, mask = torch.randn(8, 16), torch.ones(8, 4)
+    b = gp.Dim("b", max=64)
+    m = gp.export(Pair(), (x,), {"mask": mask}, dynamic_shapes={"x": {0: b}, "mask": {0: b}}).module()
+    contract = m._ep.shape_contract
+    expected = [(False, m._placeholder_vals[s.arg.name]) for s in m._user_inputs]
+    args = (m._in_spec, expected)
+    assert build_input_checker(*args, contract, {}, True) is not None
+    sym, fact = next(iter(contract.symbols.items()))
+    tampered = dataclasses.replace(fact, source=dataclasses.replace(fact.source, dim="0] or __import__('os')"))
+    bad = dataclasses.replace(contract, symbols={**contract.symbols, sym: tampered})
+    assert build_input_checker(*args, bad, {}, True) is None
