@@ -33,6 +33,8 @@ below_autograd = torch._C._AutoDispatchBelowADInplaceOrView
 make_wrapper_subclass = torch.Tensor._make_wrapper_subclass
 # Calls on a tensor subclass that skip its __torch_dispatch__ (to set a wrapper's own metadata).
 skip_torch_dispatch = torch._C._DisableTorchDispatch
+# Whether any module hook is registered process-wide (nn.Module.__call__ then runs them).
+has_global_module_hooks = torch.nn.modules.module._has_any_global_hook
 
 __all__ = ["OpOverload", "HigherOrderOperator", "TorchDispatchMode", "enable_python_dispatcher", "pytree",
            "below_autograd", "make_wrapper_subclass", "disabled_torch_function_impl", "has_kernel",
@@ -40,7 +42,7 @@ __all__ = ["OpOverload", "HigherOrderOperator", "TorchDispatchMode", "enable_pyt
            "set_compiler_flags", "hop_entry_module", "decomposition_table", "python_reference", "while_loop",
            "scan", "outside_dispatch_modes", "core_aten_decompositions", "auto_functionalized", "cpu_backend_kernels",
            "fake_kernel", "fake_kernel_context", "composite_implicit_op_names", "is_core_aten",
-           "skip_torch_dispatch", "lazy_graph_module"]
+           "skip_torch_dispatch", "lazy_graph_module", "has_global_module_hooks"]
 
 _CIA = torch._C.DispatchKey.CompositeImplicitAutograd
 _META_CAPABLE = (torch._C.DispatchKey.Meta, torch._C.DispatchKey.CompositeExplicitAutograd,

@@ -19,6 +19,7 @@ import torch
 import torch.fx as fx
 
 from . import _torch
+from .call_checks import build_input_checker, build_output_builder
 from .errors import InputGuardError, InputStructureError, RuntimeCheckError
 from .passes.metadata import plain_values
 from .shapes.contract import ComputedValue
@@ -88,6 +89,19 @@ class _ProgramCodeGen(fx.graph.CodeGen):
         super().__init__()
         self.positional, self.keywords = positional, keywords
         self.in_spec, self.out_spec = in_spec, out_spec
+        self.leaf_parameters = False   # generating the graph's body, which takes the leaves themselves
+
+    def body(self, graph: fx.Graph) -> Any:
+        """The graph as a function of `self` and the call's leaves (in the graph's order):
+        what a call runs once its inputs are checked, without flattening them again."""
+        self.leaf_parameters = True
+        try:
+            code = graph.python_code(root_module="self")
+        finally:
+            self.leaf_parameters = False
+        namespace = dict(code.globals)
+        exec(compile(code.src, "<graphport graph>", "exec"), namespace)   # fx's source of our graph
+        return namespace[self._func_name]
 
     def process_inputs(self, *args: Any) -> list[Any]:
         """Positional arguments (keywords after the positional ones) to the graph's leaves."""
@@ -99,6 +113,8 @@ class _ProgramCodeGen(fx.graph.CodeGen):
         return pytree.tree_unflatten(list(outputs), self.out_spec)
 
     def gen_fn_def(self, free_vars: list[str], maybe_return_annotation: str, *, expanded_def: bool = False) -> str:
+        if self.leaf_parameters:
+            return super().gen_fn_def(free_vars, maybe_return_annotation)
         names = [*self.positional, *self.keywords]
         if _plain_names(names):
             params = ", ".join(["self", *names])
@@ -168,11 +184,35 @@ class ExportedModule(fx.GraphModule):
                                   for n in ep.graph.nodes if n.op == "placeholder"}
         self._in_spec, self._out_spec = ep.call_spec.in_spec, ep.call_spec.out_spec
         self._paths = ep.input_paths
-        self.register_forward_pre_hook(_check_call, with_kwargs=True)
+        expected = [(isinstance(s.arg, ConstantArgument), self._placeholder_vals[s.arg.name]) for s in self._user_inputs]
+        self._fast_check = build_input_checker(self._in_spec, expected, ep.shape_contract, ep.input_aliases,
+                                               ep.call_spec.keywords_by_name)
+        self._build_outputs = build_output_builder(self._out_spec)
+
+    def recompile(self):
+        code = super().recompile()
+        codegen = self._graph._codegen
+        self._body = codegen.body(self._graph) if isinstance(codegen, _ProgramCodeGen) else None
+        # fx wraps __call__ of this instance's own class in three layers of calls to decorate errors
+        # raised in its generated code; ours raises graphport errors, so calls go straight to it
+        type(self).__call__ = ExportedModule.__call__
+        return code
 
     def __call__(self, *args, **kwargs):
+        """Checks the call, then runs the graph. Without hooks on the module (or global
+        ones), the generated checks run and the graph's body is called with the leaves
+        directly; a call they do not accept goes through the general checks, which refuse
+        it with the precise error or accept a form the generated ones leave to them."""
         try:
-            return super().__call__(*args, **kwargs)
+            if (self._body is None or self._forward_pre_hooks or self._forward_hooks or self._backward_hooks
+                    or self._backward_pre_hooks or _torch.has_global_module_hooks() or torch.compiler.is_exporting()):
+                _check_call(self, args, kwargs)
+                return super().__call__(*args, **kwargs)
+            leaves = None if self._fast_check is None else self._fast_check(args, kwargs)
+            if leaves is None:
+                leaves = self._leaves(args, kwargs)[0]
+                self._check_values(leaves)
+            return self._body(self, *leaves)
         except RuntimeError as e:
             failed = failed_check(e)
             if failed is None:
@@ -214,7 +254,7 @@ class ExportedModule(fx.GraphModule):
             return super().print_readable(*args, **kwargs)
 
     def _graphport_outputs(self, outputs: Any) -> Any:
-        return pytree.tree_unflatten(list(outputs), self._out_spec)
+        return self._build_outputs(outputs)
 
     def checked_leaves(self, args: tuple, kwargs: dict) -> list[Any]:
         """The call's leaves in the graph's order, after every check a call of this module

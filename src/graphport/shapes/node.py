@@ -58,6 +58,8 @@ _SYMPY_ARITH = {
     "mod": lambda a, b: Mod(a, b), "sym_max": sympy.Max, "sym_min": sympy.Min,
 }
 _REL = {"eq": sympy.Eq, "ne": sympy.Ne, "lt": sympy.Lt, "le": sympy.Le, "gt": sympy.Gt, "ge": sympy.Ge}
+# Unevaluated: sympy's own evaluation is slow, and the env decides relations anyway.
+_UNEVALUATED_REL = {op: functools.partial(fn, evaluate=False) for op, fn in _REL.items()}
 
 _LIMIT = 2 ** 30   # a float expression with dyadic coefficients this small is computed exactly
 
@@ -99,7 +101,7 @@ class SymNode:
         self._expr = expr
         self.env = env
         self.pytype = pytype
-        self.shape_env = ShapeEnvAdapter(env)
+        self.shape_env = _adapter(env)
         self.recipe = recipe        # (operation, *arguments: SymNode or Python constant), or None
         self.exact = exact          # expr is the eager value at every size
         self._replayed = None
@@ -406,12 +408,11 @@ class SymNode:
         fn = _REL[op]
         a, b = self.expr, other.expr
         if self._pure(other):
-            if a == b:
+            if hash(a) == hash(b) and a == b:
                 return self.wrap_bool(fn in (sympy.Eq, sympy.Le, sympy.Ge))
             if a.is_Number and b.is_Number:
                 return self._new(fn(a, b), bool)
-            # Unevaluated: sympy's own evaluation is slow, and the env decides relations anyway.
-            return self._new(fn(a, b, evaluate=False), bool)
+            return self._new(self.env.memo(_UNEVALUATED_REL[op], a, b), bool)
         exact = self.exact and other.exact
         if a.has(Opaque) or b.has(Opaque):
             expr = None
@@ -446,7 +447,7 @@ class SymNode:
         if a is sympy.true or b is sympy.true:
             return other if a is sympy.true else self
         if self._pure(other):
-            return self._new(sympy.And(a, b), bool)
+            return self._new(self.env.memo(sympy.And, a, b), bool)
         expr = None if a.has(Opaque) or b.has(Opaque) else sympy.And(a, b)
         return self._made("and", (self, other), bool, expr, self.exact and other.exact)
 
@@ -457,7 +458,7 @@ class SymNode:
         if a is sympy.false or b is sympy.false:
             return other if a is sympy.false else self
         if self._pure(other):
-            return self._new(sympy.Or(a, b), bool)
+            return self._new(self.env.memo(sympy.Or, a, b), bool)
         expr = None if a.has(Opaque) or b.has(Opaque) else sympy.Or(a, b)
         return self._made("or", (self, other), bool, expr, self.exact and other.exact)
 
@@ -690,6 +691,14 @@ def _strides_follow(env: ShapeEnv, sizes, strides, order, guarded: bool = True) 
             return matches
         expected = expected * size
     return True
+
+
+def _adapter(env: ShapeEnv) -> "ShapeEnvAdapter":
+    """The env's one adapter (every node of an env answers torch's questions the same way)."""
+    found = env.__dict__.get("_adapter")
+    if found is None:
+        found = env.__dict__["_adapter"] = ShapeEnvAdapter(env)
+    return found
 
 
 class ShapeEnvAdapter:
