@@ -246,10 +246,15 @@ def _sign_bounds(diff: sympy.Expr, ranges) -> tuple:
             if coeff.is_negative:
                 above, below = below, above
             lo, hi = max(lo, _sign_bounds(below, ranges)[0]), min(hi, _sign_bounds(above, ranges)[1])
-            return lo, hi
+            if lo != -INF and hi != INF and lo * hi > 0:
+                return lo, hi
     factored = _factor(diff)
-    if factored.is_Mul:
-        f_lo, f_hi = bounds(factored, ranges)
+    if factored.is_Mul:   # b*x*y - b is b*(x*y - 1): each factor bounded on its own
+        f_lo = f_hi = sympy.Integer(1)
+        for factor in factored.args:
+            a, b = _sign_bounds(factor, ranges) if factor.is_Add else bounds(factor, ranges)
+            products = [_mul(f_lo, a), _mul(f_lo, b), _mul(f_hi, a), _mul(f_hi, b)]
+            f_lo, f_hi = min(products), max(products)
         lo, hi = max(lo, f_lo), min(hi, f_hi)
     return lo, hi
 
