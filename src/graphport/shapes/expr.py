@@ -75,9 +75,11 @@ def _opaque_atoms(expr: sympy.Expr, table: dict) -> sympy.Expr:
 
 
 class Mod(sympy.Function):
-    """Integer `a % b` for b > 0, with Python's semantics."""
+    """Integer `a % b` with Python's semantics: in [0, b) for b > 0 (sizes), in (b, 0] for b < 0."""
     is_integer = True
-    is_nonnegative = True
+
+    def _eval_is_nonnegative(self):
+        return True if self.args[1].is_positive else None
 
     @classmethod
     def eval(cls, a, b):
@@ -193,7 +195,7 @@ def bounds(expr: sympy.Expr, ranges: dict[sympy.Symbol, ValueRange]) -> tuple:
         return -INF, INF
     if isinstance(expr, Mod):
         b_lo, b_hi = bounds(expr.args[1], ranges)
-        return 0, (b_hi - 1 if b_hi != INF else INF)
+        return (min(0, b_lo + 1) if b_lo != -INF else -INF), (max(0, b_hi - 1) if b_hi != INF else INF)
     if isinstance(expr, (sympy.Max, sympy.Min)):
         pairs = [bounds(a, ranges) for a in expr.args]
         pick = max if isinstance(expr, sympy.Max) else min
@@ -239,11 +241,13 @@ def _sign_bounds(diff: sympy.Expr, ranges) -> tuple:
         term = floor_terms[0]
         div = term if isinstance(term, FloorDiv) else next(f for f in term.args if isinstance(f, FloorDiv))
         num, den = div.args
-        if den.is_Integer and den > 0:
-            coeff = sympy.simplify(term / div)
-            above = sympy.expand(diff.xreplace({div: num / den}))              # x // k <= x / k
-            below = sympy.expand(diff.xreplace({div: (num - den + 1) / den}))  # x // k >= (x - k + 1) / k
-            if coeff.is_negative:
+        coeff = sympy.Mul(*[f for f in sympy.Mul.make_args(term) if f is not div])
+        c_lo, c_hi = bounds(coeff, ranges)
+        if den.is_Integer and den > 0 and (c_lo >= 0 or c_hi <= 0):
+            rest = diff - term
+            above = sympy.expand(rest + coeff * num / den)                # x // k <= x / k
+            below = sympy.expand(rest + coeff * (num - den + 1) / den)    # x // k >= (x - k + 1) / k
+            if c_lo < 0:   # a coefficient <= 0 turns the bounds over
                 above, below = below, above
             lo, hi = max(lo, _sign_bounds(below, ranges)[0]), min(hi, _sign_bounds(above, ranges)[1])
             if lo != -INF and hi != INF and lo * hi > 0:
