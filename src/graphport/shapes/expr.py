@@ -6,7 +6,11 @@ only what ranges cannot decide becomes a guard.
 """
 from __future__ import annotations
 
+import builtins
+import math
+from collections import OrderedDict
 from dataclasses import dataclass
+from fractions import Fraction
 from functools import lru_cache
 
 import sympy
@@ -161,106 +165,237 @@ class ValueRange:
         return self.lower <= value and (self.upper == INF or value <= self.upper)
 
 
+class _Reasoner:
+    """Range reasoning under one assignment of ranges, memoized.
+
+    Tracing asks thousands of questions under the same few range assignments (declared,
+    sizes >= 1, sizes >= 2), and their expressions share most subexpressions (the same
+    strided sizes appear in every reshape), so the bounds, refinements and sign bounds of
+    each subexpression are computed once per assignment. Bounds are Python numbers (int,
+    Fraction, +-math.inf): sympy's number arithmetic was most of the time spent here."""
+
+    def __init__(self, ranges: dict[sympy.Symbol, ValueRange]):
+        self.ranges = {s: (_number(r.lower), _number(r.upper)) for s, r in ranges.items()}
+        self._bounds: dict = {}
+        self._refined: dict = {}
+        self._signs: dict = {}
+
+    def size(self) -> int:
+        return len(self._bounds) + len(self._refined) + len(self._signs)
+
+    def bounds(self, expr: sympy.Expr) -> tuple:
+        found = self._bounds.get(expr)
+        if found is None:
+            found = self._bounds[expr] = self._compute_bounds(expr)
+        return found
+
+    def _compute_bounds(self, expr: sympy.Expr) -> tuple:
+        if expr.is_Number:
+            value = _number(expr)
+            return (value, value) if value == value else (-_INF, _INF)   # nan: nothing known
+        if expr.is_Symbol:
+            return self.ranges.get(expr, (-_INF, _INF))
+        if expr.is_Add:
+            lo = hi = 0
+            for arg in expr.args:
+                a, b = self.bounds(arg)
+                lo, hi = lo + a, hi + b
+            return lo, hi
+        if expr.is_Mul:
+            lo = hi = 1
+            for arg in expr.args:
+                lo, hi = _product_bounds(lo, hi, *self.bounds(arg))
+            return lo, hi
+        if isinstance(expr, FloorDiv):
+            (a_lo, a_hi), (b_lo, b_hi) = self.bounds(expr.args[0]), self.bounds(expr.args[1])
+            if b_lo > 0 and a_lo >= 0:
+                return (a_lo // b_hi if b_hi != _INF else 0), (a_hi // b_lo if a_hi != _INF else _INF)
+            return -_INF, _INF
+        if isinstance(expr, Mod):
+            b_lo, b_hi = self.bounds(expr.args[1])
+            return (_min(0, b_lo + 1) if b_lo != -_INF else -_INF), (_max(0, b_hi - 1) if b_hi != _INF else _INF)
+        if isinstance(expr, (sympy.Max, sympy.Min)):
+            pairs = [self.bounds(a) for a in expr.args]
+            pick = _max if isinstance(expr, sympy.Max) else _min
+            return pick(p[0] for p in pairs), pick(p[1] for p in pairs)
+        if expr.is_Pow and expr.exp.is_Integer and expr.exp > 0:
+            lo, hi = self.bounds(expr.base)
+            if lo >= 0:
+                return lo ** int(expr.exp), hi ** int(expr.exp)
+        return -_INF, _INF
+
+    def refine(self, expr: sympy.Basic) -> sympy.Basic:
+        if not getattr(expr, "args", None):
+            return expr
+        found = self._refined.get(expr)
+        if found is None:
+            found = self._refined[expr] = self._compute_refine(expr) if expr.free_symbols else expr
+        return found
+
+    def _compute_refine(self, expr: sympy.Basic) -> sympy.Basic:
+        args = [self.refine(a) for a in expr.args]
+        if isinstance(expr, (sympy.Max, sympy.Min)) and len(args) == 2:
+            lo, hi = self.bounds(sympy.expand(args[0] - args[1]))
+            if isinstance(expr, sympy.Max):
+                return args[0] if lo >= 0 else args[1] if hi <= 0 else expr.func(*args)
+            return args[1] if lo >= 0 else args[0] if hi <= 0 else expr.func(*args)
+        if isinstance(expr, FloorDiv) and args[0] == args[1] and self.bounds(args[0])[0] >= 1:
+            return sympy.Integer(1)   # a // a, a >= 1
+        if isinstance(expr, (Mod, FloorDiv)) and self._below(args[0], args[1]):   # 0 <= a < b
+            return args[0] if isinstance(expr, Mod) else sympy.Integer(0)
+        if expr.is_Relational:
+            return expr.func(*args, evaluate=False) if args != list(expr.args) else expr
+        return expr.func(*args) if args != list(expr.args) else expr
+
+    def _below(self, a: sympy.Expr, b: sympy.Expr) -> bool:
+        """0 <= a < b: from the bounds of a and b when they settle it, else from b - a."""
+        a_lo, a_hi = self.bounds(a)
+        if a_lo < 0:
+            return False
+        if a_hi < self.bounds(b)[0]:
+            return True
+        return self.sign_bounds(sympy.expand(b - a))[0] > 0
+
+    def sign_bounds(self, diff: sympy.Expr) -> tuple:
+        """Bounds of a difference, tighter than `bounds` on sums whose terms move together:
+        s*s - s factors to s*(s - 1); s//2 - s is at most s/2 - s."""
+        found = self._signs.get(diff)
+        if found is None:
+            found = self._signs[diff] = self._compute_sign_bounds(diff)
+        return found
+
+    def _compute_sign_bounds(self, diff: sympy.Expr) -> tuple:
+        lo, hi = self.bounds(diff)
+        if not diff.is_Add or _settled(lo, hi):
+            return lo, hi
+        floor_terms = [t for t in diff.args if isinstance(t, FloorDiv) or (
+            t.is_Mul and any(isinstance(f, FloorDiv) for f in t.args))]
+        if len(floor_terms) == 1:
+            term = floor_terms[0]
+            div = term if isinstance(term, FloorDiv) else next(f for f in term.args if isinstance(f, FloorDiv))
+            num, den = div.args
+            coeff = sympy.Mul(*[f for f in sympy.Mul.make_args(term) if f is not div])
+            c_lo, c_hi = self.bounds(coeff)
+            if den.is_Integer and den > 0 and (c_lo >= 0 or c_hi <= 0):
+                rest = diff - term
+                above = sympy.expand(rest + coeff * num / den)                # x // k <= x / k
+                below = sympy.expand(rest + coeff * (num - den + 1) / den)    # x // k >= (x - k + 1) / k
+                if c_lo < 0:   # a coefficient <= 0 turns the bounds over
+                    above, below = below, above
+                lo, hi = _max(lo, self.sign_bounds(below)[0]), _min(hi, self.sign_bounds(above)[1])
+                if _settled(lo, hi):
+                    return lo, hi
+        factored = _factor(diff)
+        if factored.is_Mul:   # b*x*y - b is b*(x*y - 1): each factor bounded on its own
+            f_lo = f_hi = 1
+            for factor in factored.args:
+                a, b = self.sign_bounds(factor) if factor.is_Add else self.bounds(factor)
+                f_lo, f_hi = _product_bounds(f_lo, f_hi, a, b)
+            lo, hi = _max(lo, f_lo), _min(hi, f_hi)
+        return lo, hi
+
+    def decide(self, rel: sympy.Basic) -> bool | None:
+        if rel is sympy.true or rel is sympy.false:
+            return bool(rel)
+        if isinstance(rel, sympy.Not):
+            inner = self.decide(rel.args[0])
+            return None if inner is None else not inner
+        if isinstance(rel, (sympy.And, sympy.Or)):
+            parts = [self.decide(a) for a in rel.args]
+            if isinstance(rel, sympy.And):
+                return False if False in parts else (True if all(p is True for p in parts) else None)
+            return True if True in parts else (False if all(p is False for p in parts) else None)
+        if not isinstance(rel, sympy.core.relational.Relational):
+            return None
+        rel = self.refine(rel)
+        if rel is sympy.true or rel is sympy.false:
+            return bool(rel)
+        lo, hi = self.sign_bounds(sympy.expand(rel.lhs - rel.rhs))
+        op = rel.rel_op
+        if op in ("==", "!="):
+            equal = True if lo == hi == 0 else (False if (lo > 0 or hi < 0) else None)
+            return equal if op == "==" or equal is None else not equal
+        if op == "<":
+            return True if hi < 0 else (False if lo >= 0 else None)
+        if op == "<=":
+            return True if hi <= 0 else (False if lo > 0 else None)
+        if op == ">":
+            return True if lo > 0 else (False if hi <= 0 else None)
+        if op == ">=":
+            return True if lo >= 0 else (False if hi < 0 else None)
+        return None
+
+
+_INF = math.inf
+# capture replaces the builtins max/min while tracing (symbolic sizes stay symbolic); the
+# arithmetic of bounds is on plain numbers and takes the real ones
+_max, _min = builtins.max, builtins.min
+
+
+def _number(value) -> int | Fraction | float:
+    """A range end or sympy number as a Python number; sympy's infinities as math.inf."""
+    if isinstance(value, (int, float, Fraction)):
+        return value
+    if value.is_Integer:
+        return int(value)
+    if value.is_Rational:
+        return Fraction(int(value.p), int(value.q))
+    if value is INF or value is -INF:
+        return _INF if value is INF else -_INF
+    return float(value)   # nan for sympy's nan and zoo: nothing is known of it
+
+
+def _sympy_number(value) -> sympy.Expr:
+    if value == _INF:
+        return INF
+    if value == -_INF:
+        return -INF
+    return sympy.sympify(value) if not isinstance(value, Fraction) else sympy.Rational(value.numerator,
+                                                                                        value.denominator)
+
+
 def _mul(a, b):
     if a == 0 or b == 0:
         return 0
     return a * b
 
 
+def _product_bounds(lo, hi, a, b) -> tuple:
+    products = [_mul(lo, a), _mul(lo, b), _mul(hi, a), _mul(hi, b)]
+    return _min(products), _max(products)
+
+
+def _settled(lo, hi) -> bool:
+    """Whether the sign is known: both bounds on the same side of 0."""
+    return lo > 0 or hi < 0 or lo == hi == 0
+
+
+_REASONERS: OrderedDict = OrderedDict()
+_REASONERS_KEPT = 16
+_MEMO_LIMIT = 200_000   # entries per range assignment; a long-lived process starts afresh past it
+
+
+def _reasoner(ranges: dict[sympy.Symbol, ValueRange]) -> _Reasoner:
+    key = frozenset(ranges.items())
+    found = _REASONERS.get(key)
+    if found is None or found.size() > _MEMO_LIMIT:
+        found = _REASONERS[key] = _Reasoner(ranges)
+        if len(_REASONERS) > _REASONERS_KEPT:
+            _REASONERS.popitem(last=False)
+    else:
+        _REASONERS.move_to_end(key)
+    return found
+
+
 def bounds(expr: sympy.Expr, ranges: dict[sympy.Symbol, ValueRange]) -> tuple:
     """(lowest, highest) value `expr` can take when every symbol lies in its range."""
-    if expr.is_Integer or expr.is_Number:
-        return expr, expr
-    if expr.is_Symbol:
-        r = ranges.get(expr)
-        return (r.lower, r.upper) if r is not None else (-INF, INF)
-    if expr.is_Add:
-        lo = hi = sympy.Integer(0)
-        for arg in expr.args:
-            a, b = bounds(arg, ranges)
-            lo, hi = lo + a, hi + b
-        return lo, hi
-    if expr.is_Mul:
-        lo = hi = sympy.Integer(1)
-        for arg in expr.args:
-            a, b = bounds(arg, ranges)
-            products = [_mul(lo, a), _mul(lo, b), _mul(hi, a), _mul(hi, b)]
-            lo, hi = min(products), max(products)
-        return lo, hi
-    if isinstance(expr, FloorDiv):
-        (a_lo, a_hi), (b_lo, b_hi) = bounds(expr.args[0], ranges), bounds(expr.args[1], ranges)
-        if b_lo > 0 and a_lo >= 0:
-            return (sympy.floor(a_lo / b_hi) if b_hi != INF else 0,
-                    sympy.floor(a_hi / b_lo) if a_hi != INF else INF)
-        return -INF, INF
-    if isinstance(expr, Mod):
-        b_lo, b_hi = bounds(expr.args[1], ranges)
-        return (min(0, b_lo + 1) if b_lo != -INF else -INF), (max(0, b_hi - 1) if b_hi != INF else INF)
-    if isinstance(expr, (sympy.Max, sympy.Min)):
-        pairs = [bounds(a, ranges) for a in expr.args]
-        pick = max if isinstance(expr, sympy.Max) else min
-        return pick(p[0] for p in pairs), pick(p[1] for p in pairs)
-    if expr.is_Pow and expr.exp.is_Integer and expr.exp > 0:
-        lo, hi = bounds(expr.base, ranges)
-        if lo >= 0:
-            return lo ** expr.exp, hi ** expr.exp
-    return -INF, INF
+    lo, hi = _reasoner(ranges).bounds(sympy.sympify(expr))
+    return _sympy_number(lo), _sympy_number(hi)
 
 
 def refine(expr: sympy.Basic, ranges: dict[sympy.Symbol, ValueRange]) -> sympy.Basic:
     """Drop Max/Min/Mod/FloorDiv whose outcome the ranges settle (Max(1, s) -> s when s >= 1)."""
-    if not getattr(expr, "args", None) or not expr.free_symbols:
-        return expr
-    args = [refine(a, ranges) for a in expr.args]
-    if isinstance(expr, (sympy.Max, sympy.Min)) and len(args) == 2:
-        lo, hi = bounds(sympy.expand(args[0] - args[1]), ranges)
-        if isinstance(expr, sympy.Max):
-            return args[0] if lo >= 0 else args[1] if hi <= 0 else expr.func(*args)
-        return args[1] if lo >= 0 else args[0] if hi <= 0 else expr.func(*args)
-    if isinstance(expr, FloorDiv) and args[0] == args[1] and bounds(args[0], ranges)[0] >= 1:
-        return sympy.Integer(1)   # a // a, a >= 1
-    if isinstance(expr, (Mod, FloorDiv)):
-        a_lo, _ = bounds(args[0], ranges)
-        gap_lo, _ = _sign_bounds(sympy.expand(args[1] - args[0]), ranges)
-        if a_lo >= 0 and gap_lo > 0:  # 0 <= a < b
-            return args[0] if isinstance(expr, Mod) else sympy.Integer(0)
-    if expr.is_Relational:
-        return expr.func(*args, evaluate=False) if args != list(expr.args) else expr
-    return expr.func(*args) if args != list(expr.args) else expr
-
-
-def _sign_bounds(diff: sympy.Expr, ranges) -> tuple:
-    """Bounds of a difference, tighter than `bounds` on sums whose terms move together:
-    s*s - s factors to s*(s - 1); s//2 - s is at most s/2 - s."""
-    lo, hi = bounds(diff, ranges)
-    if not diff.is_Add or (lo != -INF and hi != INF and lo * hi > 0):
-        return lo, hi
-    floor_terms = [t for t in diff.args if isinstance(t, FloorDiv) or (
-        t.is_Mul and any(isinstance(f, FloorDiv) for f in t.args))]
-    if len(floor_terms) == 1:
-        term = floor_terms[0]
-        div = term if isinstance(term, FloorDiv) else next(f for f in term.args if isinstance(f, FloorDiv))
-        num, den = div.args
-        coeff = sympy.Mul(*[f for f in sympy.Mul.make_args(term) if f is not div])
-        c_lo, c_hi = bounds(coeff, ranges)
-        if den.is_Integer and den > 0 and (c_lo >= 0 or c_hi <= 0):
-            rest = diff - term
-            above = sympy.expand(rest + coeff * num / den)                # x // k <= x / k
-            below = sympy.expand(rest + coeff * (num - den + 1) / den)    # x // k >= (x - k + 1) / k
-            if c_lo < 0:   # a coefficient <= 0 turns the bounds over
-                above, below = below, above
-            lo, hi = max(lo, _sign_bounds(below, ranges)[0]), min(hi, _sign_bounds(above, ranges)[1])
-            if lo != -INF and hi != INF and lo * hi > 0:
-                return lo, hi
-    factored = _factor(diff)
-    if factored.is_Mul:   # b*x*y - b is b*(x*y - 1): each factor bounded on its own
-        f_lo = f_hi = sympy.Integer(1)
-        for factor in factored.args:
-            a, b = _sign_bounds(factor, ranges) if factor.is_Add else bounds(factor, ranges)
-            products = [_mul(f_lo, a), _mul(f_lo, b), _mul(f_hi, a), _mul(f_hi, b)]
-            f_lo, f_hi = min(products), max(products)
-        lo, hi = max(lo, f_lo), min(hi, f_hi)
-    return lo, hi
+    return _reasoner(ranges).refine(expr)
 
 
 @lru_cache(maxsize=4096)
@@ -271,36 +406,4 @@ def _factor(expr: sympy.Expr) -> sympy.Expr:
 
 def decide(rel: sympy.Basic, ranges: dict[sympy.Symbol, ValueRange]) -> bool | None:
     """True/False if the ranges settle the relation `rel`, else None."""
-    if rel is sympy.true or rel is sympy.false:
-        return bool(rel)
-    if isinstance(rel, sympy.Not):
-        inner = decide(rel.args[0], ranges)
-        return None if inner is None else not inner
-    if isinstance(rel, (sympy.And, sympy.Or)):
-        parts = [decide(a, ranges) for a in rel.args]
-        if isinstance(rel, sympy.And):
-            return False if False in parts else (True if all(p is True for p in parts) else None)
-        return True if True in parts else (False if all(p is False for p in parts) else None)
-    if not isinstance(rel, sympy.core.relational.Relational):
-        return None
-    rel = refine(rel, ranges)
-    if rel is sympy.true or rel is sympy.false:
-        return bool(rel)
-    lo, hi = _sign_bounds(sympy.expand(rel.lhs - rel.rhs), ranges)
-    op = rel.rel_op
-    if op == "==":
-        if lo == hi == 0:
-            return True
-        return False if (lo > 0 or hi < 0) else None
-    if op == "!=":
-        inner = decide(sympy.Eq(rel.lhs, rel.rhs, evaluate=False), ranges)
-        return None if inner is None else not inner
-    if op == "<":
-        return True if hi < 0 else (False if lo >= 0 else None)
-    if op == "<=":
-        return True if hi <= 0 else (False if lo > 0 else None)
-    if op == ">":
-        return True if lo > 0 else (False if hi <= 0 else None)
-    if op == ">=":
-        return True if lo >= 0 else (False if hi < 0 else None)
-    return None
+    return _reasoner(ranges).decide(rel)
