@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import builtins
 import math
-from collections import OrderedDict
+from collections import Counter, OrderedDict
 from dataclasses import dataclass
 from fractions import Fraction
 from functools import lru_cache
@@ -285,8 +285,10 @@ class _Reasoner:
                 lo, hi = _max(lo, self.sign_bounds(below)[0]), _min(hi, self.sign_bounds(above)[1])
                 if _settled(lo, hi):
                     return lo, hi
-        factored = _factor(diff)
-        if factored.is_Mul:   # b*x*y - b is b*(x*y - 1): each factor bounded on its own
+        factored = _common_factor(diff)
+        if factored is None and not diff.has(sympy.Function) and len(diff.free_symbols) <= _FACTOR_SYMBOLS:
+            factored = _factor(diff)
+        if factored is not None and factored.is_Mul:   # b*x*y - b is b*(x*y - 1): each factor bounded on its own
             f_lo = f_hi = 1
             for factor in factored.args:
                 a, b = self.sign_bounds(factor) if factor.is_Add else self.bounds(factor)
@@ -396,6 +398,31 @@ def bounds(expr: sympy.Expr, ranges: dict[sympy.Symbol, ValueRange]) -> tuple:
 def refine(expr: sympy.Basic, ranges: dict[sympy.Symbol, ValueRange]) -> sympy.Basic:
     """Drop Max/Min/Mod/FloorDiv whose outcome the ranges settle (Max(1, s) -> s when s >= 1)."""
     return _reasoner(ranges).refine(expr)
+
+
+def _common_factor(diff: sympy.Expr) -> sympy.Expr | None:
+    """`diff` with the factors every term shares taken out (b*x*y - b -> b*(x*y - 1)), or
+    None when they share none. Much cheaper than polynomial factoring on sums of many
+    floor divisions, and it is the case strided reshapes ask."""
+    terms = sympy.Add.make_args(diff)
+    common: Counter | None = None
+    for term in terms:
+        powers: Counter = Counter()
+        for factor in sympy.Mul.make_args(term.as_coeff_Mul()[1]):
+            base, exp = factor.as_base_exp()
+            if exp.is_Integer and exp > 0:
+                powers[base] += int(exp)
+        common = powers if common is None else common & powers
+        if not common:
+            return None
+    shared = sympy.Mul(*[base ** exp for base, exp in common.items()])
+    return sympy.Mul(shared, sympy.Add(*[term / shared for term in terms]), evaluate=False)
+
+
+# polynomial factoring (sympy.factor, ~10 ms a call) is tried only on polynomials in this
+# many symbols or fewer, without floor divisions: (s0 - 1)*(s1 - 1) written out; sums over
+# strided sizes are settled by their common factors and the floor-division refinement
+_FACTOR_SYMBOLS = 3
 
 
 @lru_cache(maxsize=4096)
