@@ -229,7 +229,7 @@ class _Reasoner:
             return expr
         found = self._refined.get(expr)
         if found is None:
-            found = self._refined[expr] = self._compute_refine(expr) if expr.free_symbols else expr
+            found = self._refined[expr] = self._compute_refine(expr)
         return found
 
     def _compute_refine(self, expr: sympy.Basic) -> sympy.Basic:
@@ -277,9 +277,9 @@ class _Reasoner:
             coeff = sympy.Mul(*[f for f in sympy.Mul.make_args(term) if f is not div])
             c_lo, c_hi = self.bounds(coeff)
             if den.is_Integer and den > 0 and (c_lo >= 0 or c_hi <= 0):
-                rest = diff - term
-                above = sympy.expand(rest + coeff * num / den)                # x // k <= x / k
-                below = sympy.expand(rest + coeff * (num - den + 1) / den)    # x // k >= (x - k + 1) / k
+                rest = diff - term   # `diff` is expanded: only the replaced term needs expanding
+                above = rest + sympy.expand(coeff * num / den)                # x // k <= x / k
+                below = rest + sympy.expand(coeff * (num - den + 1) / den)    # x // k >= (x - k + 1) / k
                 if c_lo < 0:   # a coefficient <= 0 turns the bounds over
                     above, below = below, above
                 lo, hi = _max(lo, self.sign_bounds(below)[0]), _min(hi, self.sign_bounds(above)[1])
