@@ -155,6 +155,9 @@ def test_bounds_and_refine_hold_at_every_point_of_the_ranges(pair, ranges):
     # factoring: b*x*y - b is b*(x*y - 1) > 0 when x*y >= 2
     (b * FloorDiv(a + 3, 32) * FloorDiv(c + 3, 32), b,
      {a: ValueRange(64, 256), b: ValueRange(1, 8), c: ValueRange(64, 256)}, False),
+    # grouping: b*x - b - x + 1 is (b - 1)*(x - 1), > 0 once b >= 2; at b = 1 it is 0
+    (b * (FloorDiv(a, 20) - 1), FloorDiv(a, 20) - 1, {a: ValueRange(1000, 16000), b: ValueRange(2, 8)}, False),
+    (b * (FloorDiv(a, 20) - 1), FloorDiv(a, 20) - 1, {a: ValueRange(1000, 16000), b: ValueRange(1, 8)}, None),
 ])
 def test_equalities_the_refinements_must_leave_open_or_settle(lhs, rhs, ranges, verdict):
     assert decide(sympy.Eq(lhs, rhs, evaluate=False), ranges) is verdict

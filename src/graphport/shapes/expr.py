@@ -286,6 +286,8 @@ class _Reasoner:
                 if _settled(lo, hi):
                     return lo, hi
         factored = _common_factor(diff)
+        if factored is None:
+            factored = _grouped_factor(diff)
         if factored is None and not diff.has(sympy.Function) and len(diff.free_symbols) <= _FACTOR_SYMBOLS:
             factored = _factor(diff)
         if factored is not None and factored.is_Mul:   # b*x*y - b is b*(x*y - 1): each factor bounded on its own
@@ -417,6 +419,39 @@ def _common_factor(diff: sympy.Expr) -> sympy.Expr | None:
             return None
     shared = sympy.Mul(*[base ** exp for base, exp in common.items()])
     return sympy.Mul(shared, sympy.Add(*[term / shared for term in terms]), evaluate=False)
+
+
+def _grouped_factor(diff: sympy.Expr) -> sympy.Expr | None:
+    """`diff` as (u + k)*A when it is u*A + k*A for an atom u (a symbol or a division) and a
+    constant k: b*x - b - x + 1 -> (b - 1)*(x - 1), the comparison of a size with its
+    product by the batch. Linear in u only; cheap, unlike general factoring."""
+    terms = sympy.Add.make_args(diff)
+    candidates = {f for term in terms for f in sympy.Mul.make_args(term.as_coeff_Mul()[1])
+                  if f.is_Symbol or isinstance(f, (FloorDiv, Mod))}
+    for u in candidates:
+        with_u, without_u = [], []
+        for term in terms:
+            factors = sympy.Mul.make_args(term)
+            if u in factors:
+                with_u.append(sympy.Mul(*[f for f in factors if f is not u]))
+            elif term.has(u):
+                break   # u squared, or inside another division: not linear in u
+            else:
+                without_u.append(term)
+        else:
+            if not without_u:
+                continue
+            a_part, b_part = sympy.Add(*with_u), sympy.Add(*without_u)
+            if a_part.is_Number:   # u*c + k*c: nothing to split off
+                continue
+            a_coeff, a_rest = sympy.Add.make_args(a_part)[0].as_coeff_Mul()
+            match = [t for t in sympy.Add.make_args(b_part) if t.as_coeff_Mul()[1] == a_rest]
+            if not match:
+                continue
+            k = match[0].as_coeff_Mul()[0] / a_coeff
+            if b_part - k * a_part == 0:
+                return sympy.Mul(u + k, a_part, evaluate=False)
+    return None
 
 
 # polynomial factoring (sympy.factor, ~10 ms a call) is tried only on polynomials in this
