@@ -1,8 +1,10 @@
 """Shape expressions: sympy integers over size symbols, their value ranges, and bounds.
 
-Sizes are sympy expressions over nonnegative integer symbols. Comparisons between them
-are decided, where possible, from the symbols' ranges by interval arithmetic (`bounds`);
-only what ranges cannot decide becomes a guard.
+Sizes are sympy expressions over nonnegative integer symbols, with floor division and
+modulo in a normal form (FloorDiv, Mod). Comparisons between them are decided, where
+possible, from the symbols' ranges by interval arithmetic (`bounds`), tightened for floor
+divisions and for differences that factor; only what ranges cannot decide becomes a guard.
+The reasoning is memoized per range assignment (`_Reasoner`).
 """
 from __future__ import annotations
 
