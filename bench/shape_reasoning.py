@@ -76,7 +76,7 @@ def _transformers_model(name: str):
 def _zoo_model(name: str):
     sys.path.insert(0, str(REPO))
     from bench.zoo import MODELS
-    built = next(m for m in MODELS if m.name == name).build()
+    built = MODELS[name].build()
     args, kwargs = built.example_inputs()
     return built.module, args, kwargs, built.dynamic_shapes
 
