@@ -3,6 +3,8 @@
 Every rewrite FloorDiv and Mod make when they are built (constants moved out, nested
 divisions merged, exact division by a factor, Mod of multiples) must give the value
 Python's `//` and `%` give, at every point of a grid of integers, negative ones included.
+Every verdict the range reasoning gives (`bounds`, `refine`, `decide` with its floor-division
+and factoring refinements) must hold at every point of the ranges it was given.
 """
 import itertools
 
@@ -10,7 +12,7 @@ import pytest
 import sympy
 from hypothesis import given, settings, strategies as st
 
-from graphport.shapes.expr import FloorDiv, Mod, ValueRange, decide
+from graphport.shapes.expr import FloorDiv, Mod, ValueRange, bounds, decide, refine
 
 x, y, z = (sympy.Symbol(n, integer=True) for n in "xyz")
 GRID = range(-13, 30)
@@ -19,11 +21,6 @@ GRID = range(-13, 30)
 def _value(expr, point):
     return int(expr.xreplace({s: sympy.Integer(v) for s, v in point.items()}))
 
-
-# A random size expression as a pair: the sympy value built through FloorDiv/Mod (which
-# normalize as they are built) and a Python function computing the same thing directly.
-leaves = st.sampled_from([(x, lambda p: p[x]), (y, lambda p: p[y]), (z, lambda p: p[z])]) | \
-    st.integers(-7, 9).map(lambda c: (sympy.Integer(c), lambda p, c=c: c))
 
 
 def _combine(children):
@@ -39,16 +36,53 @@ def _combine(children):
             return FloorDiv(ea, sympy.Integer(k)), lambda p: fa(p) // k
         if op == "mod_const":
             return Mod(ea, sympy.Integer(k)), lambda p: fa(p) % k
+        if op == "max":
+            return sympy.Max(ea, eb), lambda p: max(fa(p), fb(p))
+        if op == "min":
+            return sympy.Min(ea, eb), lambda p: min(fa(p), fb(p))
         if op.endswith("factor") and eb == 0:
             return ea + eb, lambda p: fa(p) + fb(p)
         if op == "floordiv_factor":   # (a * b) // b: exact where b != 0
             return FloorDiv(ea * eb, eb), lambda p: (fa(p) * fb(p)) // fb(p)
         return Mod(ea * eb, eb), lambda p: (fa(p) * fb(p)) % fb(p)
-    ops = st.sampled_from(["add", "sub", "mul", "floordiv_const", "mod_const", "floordiv_factor", "mod_factor"])
+    ops = st.sampled_from(["add", "sub", "mul", "floordiv_const", "mod_const", "floordiv_factor", "mod_factor",
+                           "max", "min"])
     return st.builds(build, ops, children, children, st.integers(1, 6))
 
 
+# A random size expression as a pair: the sympy value built through FloorDiv/Mod (which
+# normalize as they are built) and a Python function computing the same thing directly.
+def _leaves(symbols):
+    return st.sampled_from([(s, lambda p, s=s: p[s]) for s in symbols]) | \
+        st.integers(-7, 9).map(lambda c: (sympy.Integer(c), lambda p, c=c: c))
+
+
+leaves = _leaves((x, y, z))
 expressions = st.recursive(leaves, _combine, max_leaves=6)
+
+# sizes: nonnegative symbols, as the shape environment makes them, over small ranges
+a, b, c = (sympy.Symbol(n, integer=True, nonnegative=True) for n in "abc")
+size_expressions = st.recursive(_leaves((a, b, c)), _combine, max_leaves=7)
+size_ranges = st.tuples(*[st.tuples(st.integers(0, 5), st.integers(0, 6)) for _ in range(3)]).map(
+    lambda spans: {s: ValueRange(lo, lo + span) for s, (lo, span) in zip((a, b, c), spans)})
+RELATIONS = {sympy.Eq: int.__eq__, sympy.Ne: int.__ne__, sympy.Lt: int.__lt__, sympy.Le: int.__le__,
+             sympy.Gt: int.__gt__, sympy.Ge: int.__ge__}
+
+
+def _points(ranges):
+    """Every assignment of the symbols inside their ranges."""
+    axes = [[(s, v) for v in range(r.lower, r.upper + 1)] for s, r in ranges.items()]
+    return [dict(point) for point in itertools.product(*axes)]
+
+
+def _defined_values(reference, ranges):
+    values = []
+    for point in _points(ranges):
+        try:
+            values.append((point, reference(point)))
+        except ZeroDivisionError:
+            continue
+    return values
 
 
 @settings(max_examples=300, deadline=None)
@@ -87,3 +121,43 @@ def test_strided_token_count_questions_are_settled_without_guards():
     frames = FloorDiv(FloorDiv(FloorDiv(t, 5), 2), 2) - 1
     assert decide(sympy.Eq(Mod(b * frames, b), 0), ranges) is True
     assert decide(sympy.Eq(frames, FloorDiv(b * frames, b)), ranges) is True
+
+
+@settings(max_examples=400, deadline=None)
+@given(size_expressions, size_expressions, st.sampled_from(sorted(RELATIONS, key=str)), size_ranges)
+def test_decided_relations_hold_at_every_point_of_the_ranges(lhs, rhs, relation, ranges):
+    """`decide` answers only what the ranges settle: a verdict is the truth at every point."""
+    (el, fl), (er, fr) = lhs, rhs
+    verdict = decide(relation(el, er, evaluate=False), ranges)
+    if verdict is None:
+        return
+    for point, (vl, vr) in _defined_values(lambda p: (fl(p), fr(p)), ranges):
+        assert RELATIONS[relation](vl, vr) == verdict, (relation(el, er, evaluate=False), point, ranges)
+
+
+@settings(max_examples=300, deadline=None)
+@given(size_expressions, size_ranges)
+def test_bounds_and_refine_hold_at_every_point_of_the_ranges(pair, ranges):
+    expr, reference = pair
+    lo, hi = bounds(expr, ranges)
+    refined = refine(expr, ranges)
+    for point, value in _defined_values(reference, ranges)[::7]:
+        assert lo <= value <= hi, (expr, point, ranges)
+        assert _value(refined, point) == value, (expr, refined, point, ranges)
+
+
+@pytest.mark.parametrize("lhs, rhs, ranges, verdict", [
+    # the floor-division refinement: b*(a - 2*(a//2)) is b*(a % 2), so it can be 0 and can be > 0
+    (b * a, 2 * b * FloorDiv(a, 2), {a: ValueRange(0, 9), b: ValueRange(1, 3)}, None),
+    (a, 2 * FloorDiv(a, 2), {a: ValueRange(0, 9)}, None),
+    # a // 2 <= a / 2 < a for a >= 1
+    (FloorDiv(a, 2), a, {a: ValueRange(1, 50)}, False),
+    # factoring: b*x*y - b is b*(x*y - 1) > 0 when x*y >= 2
+    (b * FloorDiv(a + 3, 32) * FloorDiv(c + 3, 32), b,
+     {a: ValueRange(64, 256), b: ValueRange(1, 8), c: ValueRange(64, 256)}, False),
+    # grouping: b*x - b - x + 1 is (b - 1)*(x - 1), > 0 once b >= 2; at b = 1 it is 0
+    (b * (FloorDiv(a, 20) - 1), FloorDiv(a, 20) - 1, {a: ValueRange(1000, 16000), b: ValueRange(2, 8)}, False),
+    (b * (FloorDiv(a, 20) - 1), FloorDiv(a, 20) - 1, {a: ValueRange(1000, 16000), b: ValueRange(1, 8)}, None),
+])
+def test_equalities_the_refinements_must_leave_open_or_settle(lhs, rhs, ranges, verdict):
+    assert decide(sympy.Eq(lhs, rhs, evaluate=False), ranges) is verdict

@@ -191,6 +191,128 @@ class ConvThenAttentionPool(T):
         return self.attn(x, x, x, need_weights=False)[0].mean(1)
 
 
+
+class PositionInterpolation(T):
+    """ViT at a dynamic image size: the position table resized to the patch grid."""
+    def __init__(self, patch=16):
+        super().__init__()
+        self.patch = patch
+        self.embed = nn.Conv2d(3, 8, patch, patch)
+        self.pos = nn.Parameter(torch.randn(1, 8, 4, 4))
+
+    def forward(self, x):
+        tokens = self.embed(x)
+        pos = F.interpolate(self.pos, size=tokens.shape[-2:], mode="bicubic", align_corners=False)
+        return (tokens + pos).flatten(2).transpose(1, 2)
+
+
+class UpsampleToInput(T):
+    """Segmentation decode head: features at 1/4 resolution upsampled back to the input's size."""
+    def __init__(self):
+        super().__init__()
+        self.down = nn.Sequential(nn.Conv2d(3, 8, 3, 2, 1), nn.ReLU(), nn.Conv2d(8, 8, 3, 2, 1))
+        self.head = nn.Conv2d(8, 2, 1)
+
+    def forward(self, x):
+        logits = self.head(self.down(x))
+        return F.interpolate(logits, size=x.shape[-2:], mode="bilinear", align_corners=False)
+
+
+class SuperResolution(T):
+    """ESPCN: a conv to r*r*c channels, then pixel shuffle by r."""
+    def __init__(self, r=3):
+        super().__init__()
+        self.conv = nn.Conv2d(3, 3 * r * r, 3, padding=1)
+        self.shuffle = nn.PixelShuffle(r)
+
+    def forward(self, x):
+        return self.shuffle(self.conv(x))
+
+
+class DilatedTdnn(T):
+    """x-vector: Conv1d with dilations 1, 2, 3 (no padding), then mean and std over time."""
+    def __init__(self):
+        super().__init__()
+        self.layers = nn.ModuleList([nn.Conv1d(12, 16, 5, dilation=1), nn.Conv1d(16, 16, 3, dilation=2),
+                                     nn.Conv1d(16, 16, 3, dilation=3)])
+
+    def forward(self, feats):
+        x = feats.transpose(1, 2)
+        for layer in self.layers:
+            x = layer(x).relu()
+        return torch.cat([x.mean(-1), x.std(-1)], -1)
+
+
+class ConvPositionalEmbedding(T):
+    """wav2vec2's positional conv: an even kernel padded by half, the extra last frame cut."""
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv1d(8, 8, 16, padding=8, groups=4)
+
+    def forward(self, hidden):
+        x = self.conv(hidden.transpose(1, 2))[:, :, :-1]
+        return hidden + F.gelu(x).transpose(1, 2)
+
+
+class SpectrogramCnn(T):
+    """Audio CNN over (mel, time): strides on both axes, ceil-mode pooling, then the
+    (channels x mel) plane flattened into a Linear per time step."""
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(1, 4, 3, stride=(2, 1), padding=1)
+        self.pool = nn.MaxPool2d(2, ceil_mode=True)
+        self.proj = nn.Linear(4 * 10, 8)
+
+    def forward(self, mel):
+        x = self.pool(self.conv(mel[:, None]).relu())    # (b, 4, 10, t)
+        return self.proj(x.permute(0, 3, 1, 2).flatten(2))
+
+
+class AvgPoolTime(T):
+    def forward(self, wave):
+        return F.avg_pool1d(wave[:, None], 5, 3, ceil_mode=True)
+
+
+class ReflectFraming(T):
+    """STFT-style framing: reflect-pad by half a window, then overlapping frames."""
+    def forward(self, wave):
+        return F.pad(wave[:, None], (8, 8), mode="reflect")[:, 0].unfold(-1, 16, 4).abs().mean(-1)
+
+
+class ConvStemWithPositions(T):
+    """Whisper's encoder stem: two Conv1d (the second strided), then a slice of a fixed
+    position table as long as the frames."""
+    def __init__(self):
+        super().__init__()
+        self.c1, self.c2 = nn.Conv1d(8, 8, 3, padding=1), nn.Conv1d(8, 8, 3, 2, padding=1)
+        self.pos = nn.Parameter(torch.randn(1500, 8))
+
+    def forward(self, mel):
+        x = F.gelu(self.c2(F.gelu(self.c1(mel)))).transpose(1, 2)
+        return x + self.pos[: x.shape[1]]
+
+
+class ChannelsLastDownsample(T):
+    """ConvNeXt's downsampling: a LayerNorm in channels-last order, then a 2x2 stride-2 conv."""
+    def __init__(self):
+        super().__init__()
+        self.norm, self.conv = nn.LayerNorm(3), nn.Conv2d(3, 6, 2, 2)
+
+    def forward(self, x):
+        x = self.norm(x.permute(0, 2, 3, 1)).permute(0, 3, 1, 2)
+        return self.conv(x).flatten(2).transpose(1, 2)
+
+
+class DilatedMaxPool(T):
+    def forward(self, x):
+        return F.max_pool2d(x, 3, 2, padding=1, dilation=2)
+
+
+class InterpolateFractional(T):
+    def forward(self, x):
+        return F.interpolate(x, scale_factor=1.5, mode="nearest")
+
+
 def image(api, lo=32, hi=256, batch=True):
     spec = {2: api.Dim("h", min=lo, max=hi), 3: api.Dim("w", min=lo, max=hi)}
     if batch:
@@ -200,6 +322,11 @@ def image(api, lo=32, hi=256, batch=True):
 
 def audio(api, lo=400, hi=16000):
     return lambda: {"wave": {0: api.Dim("b", min=1, max=8), 1: api.Dim("t", min=lo, max=hi)}}
+
+
+def sequence(api, name, lo, hi, axis=1):
+    """A batch of sequences (audio features, hidden states) with a dynamic length on `axis`."""
+    return lambda: {name: {0: api.Dim("b", min=1, max=8), axis: api.Dim("t", min=lo, max=hi)}}
 
 
 def image_multiple(api, k=32, lo=1, hi=8):
@@ -233,6 +360,18 @@ CASES = {
     "audio_reshape_by_batch": (AudioReshapeByBatch, (2, 4000), lambda a: audio(a, 10), [(1, 10), (3, 5123)]),
     "audio_framing": (FrameSplit, (2, 400), lambda a: audio(a, 16), [(1, 16), (3, 401)]),
     "audio_conv_attention": (ConvThenAttentionPool, (2, 400), lambda a: audio(a, 8, 4000), [(1, 8), (2, 999)]),
+    "position_interpolation": (PositionInterpolation, (2, 3, 64, 48), lambda a: image_multiple(a, 16, 1, 16), [(1, 16, 16), (2, 256, 48)]),
+    "upsample_to_input": (UpsampleToInput, (2, 3, 64, 48), lambda a: image(a, 2, 256), [(1, 2, 2), (2, 45, 77)]),
+    "super_resolution": (SuperResolution, (2, 3, 16, 12), lambda a: image(a, 1, 128), [(1, 1, 1), (2, 17, 30)]),
+    "channels_last_downsample": (ChannelsLastDownsample, (2, 3, 64, 48), lambda a: image(a, 2, 256), [(1, 2, 2), (2, 45, 77)]),
+    "maxpool_dilated": (DilatedMaxPool, (2, 3, 64, 48), lambda a: image(a, 5, 256), [(1, 5, 5), (2, 45, 77)]),
+    "interpolate_fractional": (InterpolateFractional, (2, 3, 16, 12), lambda a: image(a, 1, 128), [(1, 1, 1), (2, 17, 30)]),
+    "audio_dilated_tdnn": (DilatedTdnn, (2, 50, 12), lambda a: sequence(a, "feats", 13, 3000), [(1, 13, 12), (3, 777, 12)]),
+    "audio_positional_conv": (ConvPositionalEmbedding, (2, 50, 8), lambda a: sequence(a, "hidden", 2, 3000), [(1, 2, 8), (3, 777, 8)]),
+    "audio_spectrogram_cnn": (SpectrogramCnn, (2, 40, 100), lambda a: sequence(a, "mel", 1, 3000, axis=2), [(1, 40, 1), (3, 40, 777)]),
+    "audio_avgpool_ceil": (AvgPoolTime, (2, 400), lambda a: audio(a, 5), [(1, 5), (3, 401)]),
+    "audio_reflect_framing": (ReflectFraming, (2, 400), lambda a: audio(a, 16), [(1, 16), (3, 401)]),
+    "audio_conv_stem_positions": (ConvStemWithPositions, (2, 8, 300), lambda a: sequence(a, "mel", 2, 3000, axis=2), [(1, 8, 2), (3, 8, 3000), (2, 8, 777)]),
 }
 
 def _example(name, shape, seed=0):
@@ -240,7 +379,7 @@ def _example(name, shape, seed=0):
 
 
 def _input_shape(name, size, example_shape):
-    if len(example_shape) == 2:
+    if len(size) == len(example_shape):
         return size
     b, h, w = size
     return (b, example_shape[1], h, w)
@@ -263,7 +402,7 @@ def test_pattern_exports_where_torch_export_does_and_matches_eager(name):
     model = make().eval()
     example = _example(name, shape)
 
-    def run(api):   # each pattern's forward names its input `x` (images) or `wave` (audio), as the spec does
+    def run(api):   # each pattern's forward names its input as its spec does
         return api.export(model, (example,), dynamic_shapes=spec(api)())
 
     try:

@@ -1,12 +1,18 @@
 """Shape expressions: sympy integers over size symbols, their value ranges, and bounds.
 
-Sizes are sympy expressions over nonnegative integer symbols. Comparisons between them
-are decided, where possible, from the symbols' ranges by interval arithmetic (`bounds`);
-only what ranges cannot decide becomes a guard.
+Sizes are sympy expressions over nonnegative integer symbols, with floor division and
+modulo in a normal form (FloorDiv, Mod). Comparisons between them are decided, where
+possible, from the symbols' ranges by interval arithmetic (`bounds`), tightened for floor
+divisions and for differences that factor; only what ranges cannot decide becomes a guard.
+The reasoning is memoized per range assignment (`_Reasoner`).
 """
 from __future__ import annotations
 
+import builtins
+import math
+from collections import Counter, OrderedDict
 from dataclasses import dataclass
+from fractions import Fraction
 from functools import lru_cache
 
 import sympy
@@ -75,9 +81,11 @@ def _opaque_atoms(expr: sympy.Expr, table: dict) -> sympy.Expr:
 
 
 class Mod(sympy.Function):
-    """Integer `a % b` for b > 0, with Python's semantics."""
+    """Integer `a % b` with Python's semantics: in [0, b) for b > 0 (sizes), in (b, 0] for b < 0."""
     is_integer = True
-    is_nonnegative = True
+
+    def _eval_is_nonnegative(self):
+        return True if self.args[1].is_positive else None
 
     @classmethod
     def eval(cls, a, b):
@@ -159,99 +167,299 @@ class ValueRange:
         return self.lower <= value and (self.upper == INF or value <= self.upper)
 
 
+class _Reasoner:
+    """Range reasoning under one assignment of ranges, memoized.
+
+    Tracing asks thousands of questions under the same few range assignments (declared,
+    sizes >= 1, sizes >= 2), and their expressions share most subexpressions (the same
+    strided sizes appear in every reshape), so the bounds, refinements and sign bounds of
+    each subexpression are computed once per assignment. Bounds are Python numbers (int,
+    Fraction, +-math.inf): sympy's number arithmetic was most of the time spent here."""
+
+    def __init__(self, ranges: dict[sympy.Symbol, ValueRange]):
+        self.ranges = {s: (_number(r.lower), _number(r.upper)) for s, r in ranges.items()}
+        self._bounds: dict = {}
+        self._refined: dict = {}
+        self._signs: dict = {}
+
+    def size(self) -> int:
+        return len(self._bounds) + len(self._refined) + len(self._signs)
+
+    def bounds(self, expr: sympy.Expr) -> tuple:
+        found = self._bounds.get(expr)
+        if found is None:
+            found = self._bounds[expr] = self._compute_bounds(expr)
+        return found
+
+    def _compute_bounds(self, expr: sympy.Expr) -> tuple:
+        if expr.is_Number:
+            value = _number(expr)
+            return (value, value) if value == value else (-_INF, _INF)   # nan: nothing known
+        if expr.is_Symbol:
+            return self.ranges.get(expr, (-_INF, _INF))
+        if expr.is_Add:
+            lo = hi = 0
+            for arg in expr.args:
+                a, b = self.bounds(arg)
+                lo, hi = lo + a, hi + b
+            return lo, hi
+        if expr.is_Mul:
+            lo = hi = 1
+            for arg in expr.args:
+                lo, hi = _product_bounds(lo, hi, *self.bounds(arg))
+            return lo, hi
+        if isinstance(expr, FloorDiv):
+            (a_lo, a_hi), (b_lo, b_hi) = self.bounds(expr.args[0]), self.bounds(expr.args[1])
+            if b_lo > 0 and a_lo >= 0:
+                return (a_lo // b_hi if b_hi != _INF else 0), (a_hi // b_lo if a_hi != _INF else _INF)
+            return -_INF, _INF
+        if isinstance(expr, Mod):
+            b_lo, b_hi = self.bounds(expr.args[1])
+            return (_min(0, b_lo + 1) if b_lo != -_INF else -_INF), (_max(0, b_hi - 1) if b_hi != _INF else _INF)
+        if isinstance(expr, (sympy.Max, sympy.Min)):
+            pairs = [self.bounds(a) for a in expr.args]
+            pick = _max if isinstance(expr, sympy.Max) else _min
+            return pick(p[0] for p in pairs), pick(p[1] for p in pairs)
+        if expr.is_Pow and expr.exp.is_Integer and expr.exp > 0:
+            lo, hi = self.bounds(expr.base)
+            if lo >= 0:
+                return lo ** int(expr.exp), hi ** int(expr.exp)
+        return -_INF, _INF
+
+    def refine(self, expr: sympy.Basic) -> sympy.Basic:
+        if not getattr(expr, "args", None):
+            return expr
+        found = self._refined.get(expr)
+        if found is None:
+            found = self._refined[expr] = self._compute_refine(expr)
+        return found
+
+    def _compute_refine(self, expr: sympy.Basic) -> sympy.Basic:
+        args = [self.refine(a) for a in expr.args]
+        if isinstance(expr, (sympy.Max, sympy.Min)) and len(args) == 2:
+            lo, hi = self.bounds(sympy.expand(args[0] - args[1]))
+            if isinstance(expr, sympy.Max):
+                return args[0] if lo >= 0 else args[1] if hi <= 0 else expr.func(*args)
+            return args[1] if lo >= 0 else args[0] if hi <= 0 else expr.func(*args)
+        if isinstance(expr, FloorDiv) and args[0] == args[1] and self.bounds(args[0])[0] >= 1:
+            return sympy.Integer(1)   # a // a, a >= 1
+        if isinstance(expr, (Mod, FloorDiv)) and self._below(args[0], args[1]):   # 0 <= a < b
+            return args[0] if isinstance(expr, Mod) else sympy.Integer(0)
+        if expr.is_Relational:
+            return expr.func(*args, evaluate=False) if args != list(expr.args) else expr
+        return expr.func(*args) if args != list(expr.args) else expr
+
+    def _below(self, a: sympy.Expr, b: sympy.Expr) -> bool:
+        """0 <= a < b: from the bounds of a and b when they settle it, else from b - a."""
+        a_lo, a_hi = self.bounds(a)
+        if a_lo < 0:
+            return False
+        if a_hi < self.bounds(b)[0]:
+            return True
+        return self.sign_bounds(sympy.expand(b - a))[0] > 0
+
+    def sign_bounds(self, diff: sympy.Expr) -> tuple:
+        """Bounds of a difference, tighter than `bounds` on sums whose terms move together:
+        s*s - s factors to s*(s - 1); s//2 - s is at most s/2 - s."""
+        found = self._signs.get(diff)
+        if found is None:
+            found = self._signs[diff] = self._compute_sign_bounds(diff)
+        return found
+
+    def _compute_sign_bounds(self, diff: sympy.Expr) -> tuple:
+        lo, hi = self.bounds(diff)
+        if not diff.is_Add or _settled(lo, hi):
+            return lo, hi
+        floor_terms = [t for t in diff.args if isinstance(t, FloorDiv) or (
+            t.is_Mul and any(isinstance(f, FloorDiv) for f in t.args))]
+        if len(floor_terms) == 1:
+            term = floor_terms[0]
+            div = term if isinstance(term, FloorDiv) else next(f for f in term.args if isinstance(f, FloorDiv))
+            num, den = div.args
+            coeff = sympy.Mul(*[f for f in sympy.Mul.make_args(term) if f is not div])
+            c_lo, c_hi = self.bounds(coeff)
+            if den.is_Integer and den > 0 and (c_lo >= 0 or c_hi <= 0):
+                rest = diff - term   # `diff` is expanded: only the replaced term needs expanding
+                above = rest + sympy.expand(coeff * num / den)                # x // k <= x / k
+                below = rest + sympy.expand(coeff * (num - den + 1) / den)    # x // k >= (x - k + 1) / k
+                if c_lo < 0:   # a coefficient <= 0 turns the bounds over
+                    above, below = below, above
+                lo, hi = _max(lo, self.sign_bounds(below)[0]), _min(hi, self.sign_bounds(above)[1])
+                if _settled(lo, hi):
+                    return lo, hi
+        factored = _common_factor(diff)
+        if factored is None:
+            factored = _grouped_factor(diff)
+        if factored is None and not diff.has(sympy.Function) and len(diff.free_symbols) <= _FACTOR_SYMBOLS:
+            factored = _factor(diff)
+        if factored is not None and factored.is_Mul:   # b*x*y - b is b*(x*y - 1): each factor bounded on its own
+            f_lo = f_hi = 1
+            for factor in factored.args:
+                a, b = self.sign_bounds(factor) if factor.is_Add else self.bounds(factor)
+                f_lo, f_hi = _product_bounds(f_lo, f_hi, a, b)
+            lo, hi = _max(lo, f_lo), _min(hi, f_hi)
+        return lo, hi
+
+    def decide(self, rel: sympy.Basic) -> bool | None:
+        if rel is sympy.true or rel is sympy.false:
+            return bool(rel)
+        if isinstance(rel, sympy.Not):
+            inner = self.decide(rel.args[0])
+            return None if inner is None else not inner
+        if isinstance(rel, (sympy.And, sympy.Or)):
+            parts = [self.decide(a) for a in rel.args]
+            if isinstance(rel, sympy.And):
+                return False if False in parts else (True if all(p is True for p in parts) else None)
+            return True if True in parts else (False if all(p is False for p in parts) else None)
+        if not isinstance(rel, sympy.core.relational.Relational):
+            return None
+        rel = self.refine(rel)
+        if rel is sympy.true or rel is sympy.false:
+            return bool(rel)
+        lo, hi = self.sign_bounds(sympy.expand(rel.lhs - rel.rhs))
+        op = rel.rel_op
+        if op in ("==", "!="):
+            equal = True if lo == hi == 0 else (False if (lo > 0 or hi < 0) else None)
+            return equal if op == "==" or equal is None else not equal
+        if op == "<":
+            return True if hi < 0 else (False if lo >= 0 else None)
+        if op == "<=":
+            return True if hi <= 0 else (False if lo > 0 else None)
+        if op == ">":
+            return True if lo > 0 else (False if hi <= 0 else None)
+        if op == ">=":
+            return True if lo >= 0 else (False if hi < 0 else None)
+        return None
+
+
+_INF = math.inf
+# capture replaces the builtins max/min while tracing (symbolic sizes stay symbolic); the
+# arithmetic of bounds is on plain numbers and takes the real ones
+_max, _min = builtins.max, builtins.min
+
+
+def _number(value) -> int | Fraction | float:
+    """A range end or sympy number as a Python number; sympy's infinities as math.inf."""
+    if isinstance(value, (int, float, Fraction)):
+        return value
+    if value.is_Integer:
+        return int(value)
+    if value.is_Rational:
+        return Fraction(int(value.p), int(value.q))
+    if value is INF or value is -INF:
+        return _INF if value is INF else -_INF
+    return float(value)   # nan for sympy's nan and zoo: nothing is known of it
+
+
+def _sympy_number(value) -> sympy.Expr:
+    if value == _INF:
+        return INF
+    if value == -_INF:
+        return -INF
+    return sympy.sympify(value) if not isinstance(value, Fraction) else sympy.Rational(value.numerator,
+                                                                                        value.denominator)
+
+
 def _mul(a, b):
     if a == 0 or b == 0:
         return 0
     return a * b
 
 
+def _product_bounds(lo, hi, a, b) -> tuple:
+    products = [_mul(lo, a), _mul(lo, b), _mul(hi, a), _mul(hi, b)]
+    return _min(products), _max(products)
+
+
+def _settled(lo, hi) -> bool:
+    """Whether the sign is known: both bounds on the same side of 0."""
+    return lo > 0 or hi < 0 or lo == hi == 0
+
+
+_REASONERS: OrderedDict = OrderedDict()
+_REASONERS_KEPT = 16
+_MEMO_LIMIT = 200_000   # entries per range assignment; a long-lived process starts afresh past it
+
+
+def _reasoner(ranges: dict[sympy.Symbol, ValueRange]) -> _Reasoner:
+    key = frozenset(ranges.items())
+    found = _REASONERS.get(key)
+    if found is None or found.size() > _MEMO_LIMIT:
+        found = _REASONERS[key] = _Reasoner(ranges)
+        if len(_REASONERS) > _REASONERS_KEPT:
+            _REASONERS.popitem(last=False)
+    else:
+        _REASONERS.move_to_end(key)
+    return found
+
+
 def bounds(expr: sympy.Expr, ranges: dict[sympy.Symbol, ValueRange]) -> tuple:
     """(lowest, highest) value `expr` can take when every symbol lies in its range."""
-    if expr.is_Integer or expr.is_Number:
-        return expr, expr
-    if expr.is_Symbol:
-        r = ranges.get(expr)
-        return (r.lower, r.upper) if r is not None else (-INF, INF)
-    if expr.is_Add:
-        lo = hi = sympy.Integer(0)
-        for arg in expr.args:
-            a, b = bounds(arg, ranges)
-            lo, hi = lo + a, hi + b
-        return lo, hi
-    if expr.is_Mul:
-        lo = hi = sympy.Integer(1)
-        for arg in expr.args:
-            a, b = bounds(arg, ranges)
-            products = [_mul(lo, a), _mul(lo, b), _mul(hi, a), _mul(hi, b)]
-            lo, hi = min(products), max(products)
-        return lo, hi
-    if isinstance(expr, FloorDiv):
-        (a_lo, a_hi), (b_lo, b_hi) = bounds(expr.args[0], ranges), bounds(expr.args[1], ranges)
-        if b_lo > 0 and a_lo >= 0:
-            return (sympy.floor(a_lo / b_hi) if b_hi != INF else 0,
-                    sympy.floor(a_hi / b_lo) if a_hi != INF else INF)
-        return -INF, INF
-    if isinstance(expr, Mod):
-        b_lo, b_hi = bounds(expr.args[1], ranges)
-        return 0, (b_hi - 1 if b_hi != INF else INF)
-    if isinstance(expr, (sympy.Max, sympy.Min)):
-        pairs = [bounds(a, ranges) for a in expr.args]
-        pick = max if isinstance(expr, sympy.Max) else min
-        return pick(p[0] for p in pairs), pick(p[1] for p in pairs)
-    if expr.is_Pow and expr.exp.is_Integer and expr.exp > 0:
-        lo, hi = bounds(expr.base, ranges)
-        if lo >= 0:
-            return lo ** expr.exp, hi ** expr.exp
-    return -INF, INF
+    lo, hi = _reasoner(ranges).bounds(sympy.sympify(expr))
+    return _sympy_number(lo), _sympy_number(hi)
 
 
 def refine(expr: sympy.Basic, ranges: dict[sympy.Symbol, ValueRange]) -> sympy.Basic:
     """Drop Max/Min/Mod/FloorDiv whose outcome the ranges settle (Max(1, s) -> s when s >= 1)."""
-    if not getattr(expr, "args", None) or not expr.free_symbols:
-        return expr
-    args = [refine(a, ranges) for a in expr.args]
-    if isinstance(expr, (sympy.Max, sympy.Min)) and len(args) == 2:
-        lo, hi = bounds(sympy.expand(args[0] - args[1]), ranges)
-        if isinstance(expr, sympy.Max):
-            return args[0] if lo >= 0 else args[1] if hi <= 0 else expr.func(*args)
-        return args[1] if lo >= 0 else args[0] if hi <= 0 else expr.func(*args)
-    if isinstance(expr, FloorDiv) and args[0] == args[1] and bounds(args[0], ranges)[0] >= 1:
-        return sympy.Integer(1)   # a // a, a >= 1
-    if isinstance(expr, (Mod, FloorDiv)):
-        a_lo, _ = bounds(args[0], ranges)
-        gap_lo, _ = _sign_bounds(sympy.expand(args[1] - args[0]), ranges)
-        if a_lo >= 0 and gap_lo > 0:  # 0 <= a < b
-            return args[0] if isinstance(expr, Mod) else sympy.Integer(0)
-    if expr.is_Relational:
-        return expr.func(*args, evaluate=False) if args != list(expr.args) else expr
-    return expr.func(*args) if args != list(expr.args) else expr
+    return _reasoner(ranges).refine(expr)
 
 
-def _sign_bounds(diff: sympy.Expr, ranges) -> tuple:
-    """Bounds of a difference, tighter than `bounds` on sums whose terms move together:
-    s*s - s factors to s*(s - 1); s//2 - s is at most s/2 - s."""
-    lo, hi = bounds(diff, ranges)
-    if not diff.is_Add or (lo != -INF and hi != INF and lo * hi > 0):
-        return lo, hi
-    floor_terms = [t for t in diff.args if isinstance(t, FloorDiv) or (
-        t.is_Mul and any(isinstance(f, FloorDiv) for f in t.args))]
-    if len(floor_terms) == 1:
-        term = floor_terms[0]
-        div = term if isinstance(term, FloorDiv) else next(f for f in term.args if isinstance(f, FloorDiv))
-        num, den = div.args
-        if den.is_Integer and den > 0:
-            coeff = sympy.simplify(term / div)
-            above = sympy.expand(diff.xreplace({div: num / den}))              # x // k <= x / k
-            below = sympy.expand(diff.xreplace({div: (num - den + 1) / den}))  # x // k >= (x - k + 1) / k
-            if coeff.is_negative:
-                above, below = below, above
-            lo, hi = max(lo, _sign_bounds(below, ranges)[0]), min(hi, _sign_bounds(above, ranges)[1])
-            return lo, hi
-    factored = _factor(diff)
-    if factored.is_Mul:
-        f_lo, f_hi = bounds(factored, ranges)
-        lo, hi = max(lo, f_lo), min(hi, f_hi)
-    return lo, hi
+def _common_factor(diff: sympy.Expr) -> sympy.Expr | None:
+    """`diff` with the factors every term shares taken out (b*x*y - b -> b*(x*y - 1)), or
+    None when they share none. Much cheaper than polynomial factoring on sums of many
+    floor divisions, and it is the case strided reshapes ask."""
+    terms = sympy.Add.make_args(diff)
+    common: Counter | None = None
+    for term in terms:
+        powers: Counter = Counter()
+        for factor in sympy.Mul.make_args(term.as_coeff_Mul()[1]):
+            base, exp = factor.as_base_exp()
+            if exp.is_Integer and exp > 0:
+                powers[base] += int(exp)
+        common = powers if common is None else common & powers
+        if not common:
+            return None
+    shared = sympy.Mul(*[base ** exp for base, exp in common.items()])
+    return sympy.Mul(shared, sympy.Add(*[term / shared for term in terms]), evaluate=False)
+
+
+def _grouped_factor(diff: sympy.Expr) -> sympy.Expr | None:
+    """`diff` as (u + k)*A when it is u*A + k*A for an atom u (a symbol or a division) and a
+    constant k: b*x - b - x + 1 -> (b - 1)*(x - 1), the comparison of a size with its
+    product by the batch. Linear in u only; cheap, unlike general factoring."""
+    terms = sympy.Add.make_args(diff)
+    candidates = {f for term in terms for f in sympy.Mul.make_args(term.as_coeff_Mul()[1])
+                  if f.is_Symbol or isinstance(f, (FloorDiv, Mod))}
+    for u in candidates:
+        with_u, without_u = [], []
+        for term in terms:
+            factors = sympy.Mul.make_args(term)
+            if u in factors:
+                with_u.append(sympy.Mul(*[f for f in factors if f is not u]))
+            elif term.has(u):
+                break   # u squared, or inside another division: not linear in u
+            else:
+                without_u.append(term)
+        else:
+            if not without_u:
+                continue
+            a_part, b_part = sympy.Add(*with_u), sympy.Add(*without_u)
+            if a_part.is_Number:   # u*c + k*c: nothing to split off
+                continue
+            a_coeff, a_rest = sympy.Add.make_args(a_part)[0].as_coeff_Mul()
+            match = [t for t in sympy.Add.make_args(b_part) if t.as_coeff_Mul()[1] == a_rest]
+            if not match:
+                continue
+            k = match[0].as_coeff_Mul()[0] / a_coeff
+            if b_part - k * a_part == 0:
+                return sympy.Mul(u + k, a_part, evaluate=False)
+    return None
+
+
+# polynomial factoring (sympy.factor, ~10 ms a call) is tried only on polynomials in this
+# many symbols or fewer, without floor divisions: (s0 - 1)*(s1 - 1) written out; sums over
+# strided sizes are settled by their common factors and the floor-division refinement
+_FACTOR_SYMBOLS = 3
 
 
 @lru_cache(maxsize=4096)
@@ -262,36 +470,4 @@ def _factor(expr: sympy.Expr) -> sympy.Expr:
 
 def decide(rel: sympy.Basic, ranges: dict[sympy.Symbol, ValueRange]) -> bool | None:
     """True/False if the ranges settle the relation `rel`, else None."""
-    if rel is sympy.true or rel is sympy.false:
-        return bool(rel)
-    if isinstance(rel, sympy.Not):
-        inner = decide(rel.args[0], ranges)
-        return None if inner is None else not inner
-    if isinstance(rel, (sympy.And, sympy.Or)):
-        parts = [decide(a, ranges) for a in rel.args]
-        if isinstance(rel, sympy.And):
-            return False if False in parts else (True if all(p is True for p in parts) else None)
-        return True if True in parts else (False if all(p is False for p in parts) else None)
-    if not isinstance(rel, sympy.core.relational.Relational):
-        return None
-    rel = refine(rel, ranges)
-    if rel is sympy.true or rel is sympy.false:
-        return bool(rel)
-    lo, hi = _sign_bounds(sympy.expand(rel.lhs - rel.rhs), ranges)
-    op = rel.rel_op
-    if op == "==":
-        if lo == hi == 0:
-            return True
-        return False if (lo > 0 or hi < 0) else None
-    if op == "!=":
-        inner = decide(sympy.Eq(rel.lhs, rel.rhs, evaluate=False), ranges)
-        return None if inner is None else not inner
-    if op == "<":
-        return True if hi < 0 else (False if lo >= 0 else None)
-    if op == "<=":
-        return True if hi <= 0 else (False if lo > 0 else None)
-    if op == ">":
-        return True if lo > 0 else (False if hi <= 0 else None)
-    if op == ">=":
-        return True if lo >= 0 else (False if hi < 0 else None)
-    return None
+    return _reasoner(ranges).decide(rel)
