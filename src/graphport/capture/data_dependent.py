@@ -151,22 +151,28 @@ def _record(mode, func, args, kwargs, val, sizes: list[tuple[sympy.Symbol, int, 
     node = rec.node(func, node_args, node_kwargs, val)
     rec.user_calls.add(node)
     out = rec.wrap(val, node, device)
-    outs = out if isinstance(out, tuple) else (out,)
-    for sym, index, dim in sizes:
-        size_node = rec.node(aten.sym_size.int, (rec.value(outs[index]), dim), {},
-                             torch.SymInt(SymNode(sym, rec.sizes.env, int)))
-        _bind(rec, sym, size_node)
+    bind_output_sizes(mode, out if isinstance(out, tuple) else (out,), sizes)
     return out
 
 
-def _sym(env, sym) -> torch.SymInt:
+def bind_output_sizes(mode, outs, sizes: list[tuple[sympy.Symbol, int, int]]) -> None:
+    """Bind each (symbol, output index, dim) to `sym_size(outs[index], dim)`: the node that
+    reads the size at run time."""
+    rec = mode.rec
+    for sym, index, dim in sizes:
+        size_node = rec.node(aten.sym_size.int, (rec.value(outs[index]), dim), {}, sym_int(rec.sizes.env, sym))
+        _bind(rec, sym, size_node)
+
+
+def sym_int(env, sym) -> torch.SymInt:
+    """A SymInt standing for the data-dependent symbol `sym`."""
     return torch.SymInt(SymNode(sym, env, int))
 
 
 def nonzero(mode, x):
     env = shape_env(mode)
     u = _count(env, x, f"the number of nonzero elements of {x.gp_label}")
-    n = _sym(env, u)
+    n = sym_int(env, u)
     val = torch.empty_strided((n, x.dim()), (1, n), dtype=torch.long, device=META)
     return _record(mode, aten.nonzero.default, (x,), {}, val, [(u, 0, 0)], x.device)
 
@@ -177,7 +183,7 @@ def masked_select(mode, x, mask):
     whole = torch.empty(shape, device=META)
     u = _count(env, whole, f"the number of elements {mask.gp_label if isinstance(mask, TracerTensor) else 'a mask'} "
                            "selects")
-    val = torch.empty((_sym(env, u),), dtype=x.dtype, device=META)
+    val = torch.empty((sym_int(env, u),), dtype=x.dtype, device=META)
     return _record(mode, aten.masked_select.default, (x, mask), {}, val, [(u, 0, 0)], x.device)
 
 
@@ -195,7 +201,7 @@ def unique(mode, func, x, *flags, **kwargs):
         inverse, counts = bound.get("return_inverse", False), bound.get("return_counts", False)
     env = shape_env(mode)
     u = _count(env, x, f"the number of distinct values of {x.gp_label}")
-    n = _sym(env, u)
+    n = sym_int(env, u)
     val = (torch.empty((n,), dtype=x.dtype, device=META),
            torch.empty(tuple(x.shape) if inverse else (0,), dtype=torch.long, device=META),
            torch.empty((n,) if counts else (0,), dtype=torch.long, device=META))
@@ -207,7 +213,7 @@ def repeat_interleave(mode, repeats, output_size=None):
         return mode.call(aten.repeat_interleave.Tensor, (repeats,), {"output_size": output_size})
     env = shape_env(mode)
     u = env.unbacked.new(int, 0, INF, f"the sum of the repeats {repeats.gp_label}", size_like=True)
-    val = torch.empty((_sym(env, u),), dtype=repeats.dtype, device=META)
+    val = torch.empty((sym_int(env, u),), dtype=repeats.dtype, device=META)
     return _record(mode, aten.repeat_interleave.Tensor, (repeats,), {}, val, [(u, 0, 0)], repeats.device)
 
 
@@ -236,7 +242,7 @@ def slice_tensor(mode, x, dim=0, start=None, end=None, step=1):
     u = env.unbacked.new(int, 0, upper, f"the length of {x.gp_label}[..., :end] along dim {dim}", size_like=True)
     meta = x.gp_meta
     sizes, strides = list(meta.shape), list(meta.stride())
-    sizes[dim] = _sym(env, u)
+    sizes[dim] = sym_int(env, u)
     offset = meta.storage_offset() + start * strides[dim]
     strides[dim] = strides[dim] * step
     val = meta.as_strided(sizes, strides, offset)
@@ -246,7 +252,7 @@ def slice_tensor(mode, x, dim=0, start=None, end=None, step=1):
     node = rec.node(aten.slice.Tensor, node_args, {}, val)
     rec.user_calls.add(node)
     out = rec.wrap(val, node, x.device, view_of=x, step=(aten.slice.Tensor, tuple(node_args[1:]), {}))
-    _bind(rec, u, rec.node(aten.sym_size.int, (node, dim), {}, _sym(env, u)))
+    _bind(rec, u, rec.node(aten.sym_size.int, (node, dim), {}, sym_int(env, u)))
     return out
 
 
@@ -262,7 +268,7 @@ def select_int(mode, x, dim, index):
     sizes, strides = list(meta.shape), list(meta.stride())
     del sizes[dim], strides[dim]
     offset = env.unbacked.new(int, 0, INF, f"the storage offset of {x.gp_label}[i]", size_like=True)
-    val = meta.as_strided(sizes, strides, _sym(env, offset))
+    val = meta.as_strided(sizes, strides, sym_int(env, offset))
     rec = mode.rec
     node_args = (rec.graph_arg(x), dim, rec.graph_arg(index))
     node = rec.node(aten.select.int, node_args, {}, val)
@@ -302,4 +308,4 @@ def rules() -> dict:
     }
 
 
-__all__ = ["ASSERT_PREFIX", "rules", "mask_index", "tolist", "operator"]
+__all__ = ["ASSERT_PREFIX", "rules", "mask_index", "bind_output_sizes", "sym_int"]
