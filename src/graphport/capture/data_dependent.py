@@ -10,6 +10,8 @@ torch._constrain_as_size) become assertion nodes, so the artifact checks them it
 """
 from __future__ import annotations
 
+import functools
+
 import sympy
 import torch
 
@@ -187,25 +189,52 @@ def masked_select(mode, x, mask):
     return _record(mode, aten.masked_select.default, (x, mask), {}, val, [(u, 0, 0)], x.device)
 
 
+_UNIQUE_ARGUMENTS = {
+    aten._unique2.default: ("sorted", "return_inverse", "return_counts"),
+    aten.unique_consecutive.default: ("return_inverse", "return_counts", "dim"),
+    aten.unique_dim.default: ("dim", "sorted", "return_inverse", "return_counts"),
+    aten.unique_dim_consecutive.default: ("dim", "return_inverse", "return_counts"),
+}
+
+
 def unique(mode, func, x, *flags, **kwargs):
-    """_unique2(x, sorted, return_inverse, return_counts) and unique_consecutive(x,
-    return_inverse, return_counts, dim=None): the distinct values, their count a symbol."""
-    if func is aten.unique_consecutive.default:
-        bound = dict(zip(("return_inverse", "return_counts", "dim"), flags), **kwargs)
-        if bound.get("dim") is not None:
-            raise DataDependentError("the program calls torch.unique_consecutive with dim=..., which graphport "
-                                     "cannot capture yet", fix="flatten the tensor first, or keep shapes static")
-        inverse, counts = bound.get("return_inverse", False), bound.get("return_counts", False)
-    else:
-        bound = dict(zip(("sorted", "return_inverse", "return_counts"), flags), **kwargs)
-        inverse, counts = bound.get("return_inverse", False), bound.get("return_counts", False)
+    """torch.unique / unique_consecutive, flat or along a dim: the distinct values (or
+    slices along `dim`), their count a fresh symbol; the inverse and counts outputs have the
+    sizes the kernel gives them."""
+    bound = dict(zip(_UNIQUE_ARGUMENTS[func], flags), **kwargs)
+    inverse, counts = bound.get("return_inverse", False), bound.get("return_counts", False)
     env = shape_env(mode)
-    u = _count(env, x, f"the number of distinct values of {x.gp_label}")
+    dim = bound.get("dim")
+    if dim is None:
+        u = _count(env, x, f"the number of distinct values of {x.gp_label}")
+        n = sym_int(env, u)
+        val = (torch.empty((n,), dtype=x.dtype, device=META),
+               torch.empty(tuple(x.shape) if inverse else (0,), dtype=torch.long, device=META),
+               torch.empty((n,) if counts else (0,), dtype=torch.long, device=META))
+        return _record(mode, func, (x, *flags), kwargs, val, [(u, 0, 0)], x.device)
+    dim = dim % x.dim()
+    length = x.shape[dim]
+    upper = length if isinstance(length, int) else bounds(length.node.expr, env.ranges)[1]
+    u = env.unbacked.new(int, 0, upper, f"the number of distinct slices of {x.gp_label} along dimension {dim}",
+                         size_like=True)
     n = sym_int(env, u)
-    val = (torch.empty((n,), dtype=x.dtype, device=META),
-           torch.empty(tuple(x.shape) if inverse else (0,), dtype=torch.long, device=META),
-           torch.empty((n,) if counts else (0,), dtype=torch.long, device=META))
-    return _record(mode, func, (x, *flags), kwargs, val, [(u, 0, 0)], x.device)
+    shape = list(x.shape)
+    shape[dim] = n
+    val = (torch.empty(shape, dtype=x.dtype, device=META), torch.empty((length,), dtype=torch.long, device=META),
+           torch.empty((n,), dtype=torch.long, device=META))
+    return _record(mode, func, (x, *flags), kwargs, val, [(u, 0, dim)], x.device)
+
+
+def bincount(mode, x, weights=None, minlength=0):
+    """torch.bincount: one bin per value up to the largest, at least `minlength`: a fresh
+    size. Counts are int64; weighted sums float32 for float32 weights, else float64 (the
+    kernel's rule)."""
+    env = shape_env(mode)
+    lower = minlength if isinstance(minlength, int) else 0
+    u = env.unbacked.new(int, lower, INF, f"the number of bins of torch.bincount({x.gp_label})", size_like=True)
+    dtype = torch.long if weights is None else torch.float32 if weights.dtype == torch.float32 else torch.float64
+    val = torch.empty((sym_int(env, u),), dtype=dtype, device=META)
+    return _record(mode, aten.bincount.default, (x, weights, minlength), {}, val, [(u, 0, 0)], x.device)
 
 
 def repeat_interleave(mode, repeats, output_size=None):
@@ -288,6 +317,10 @@ def mask_index(mode, x, indices):
         return aten.index.Tensor(x, new)
 
 
+def _unique_rule(func, mode, x, *flags, **kwargs):
+    return unique(mode, func, x, *flags, **kwargs)
+
+
 def rules() -> dict:
     """Operator -> capture rule, for the capture mode."""
     return {
@@ -297,9 +330,8 @@ def rules() -> dict:
         aten.select.int: select_int,
         aten.nonzero.default: nonzero,
         aten.masked_select.default: masked_select,
-        aten._unique2.default: lambda mode, x, *a, **k: unique(mode, aten._unique2.default, x, *a, **k),
-        aten.unique_consecutive.default:
-            lambda mode, x, *a, **k: unique(mode, aten.unique_consecutive.default, x, *a, **k),
+        **{op: functools.partial(_unique_rule, op) for op in _UNIQUE_ARGUMENTS},
+        aten.bincount.default: bincount,
         aten.repeat_interleave.Tensor: repeat_interleave,
         aten.sym_constrain_range_for_size.default:
             lambda mode, size, min=None, max=None: constrain_range(mode, size, min, max, for_size=True),
