@@ -11,10 +11,12 @@ import torch
 from .sizes import is_sym
 
 
-def has_symbolic_values(data: Any) -> bool:
+def has_data_dependent_values(data: Any) -> bool:
+    """Whether `data` holds a data-dependent value. Sizes of inputs are left to torch's
+    constructor, which specializes them (the program then says the dim is fixed)."""
     if isinstance(data, (list, tuple)):
-        return any(has_symbolic_values(d) for d in data)
-    return is_sym(data)
+        return any(has_data_dependent_values(d) for d in data)
+    return is_sym(data) and bool(data.node.env.unbacked.involved(data.node.expr))
 
 
 def tensor_from_symbolic(data: Any, dtype: torch.dtype | None = None, device=None, requires_grad: bool = False,

@@ -11,7 +11,7 @@ from typing import Any, Callable
 import torch
 from torch.overrides import TorchFunctionMode
 
-from .tensor_data import has_symbolic_values, tensor_from_symbolic
+from .tensor_data import has_data_dependent_values, tensor_from_symbolic
 
 
 class TorchFunctionTracker(TorchFunctionMode):
@@ -24,7 +24,7 @@ class TorchFunctionTracker(TorchFunctionMode):
         self.counts: dict[str, int] = {}
 
     def __torch_function__(self, func, types, args=(), kwargs=None) -> Any:
-        if func is torch.tensor and args and has_symbolic_values(args[0]):
+        if func is torch.tensor and args and has_data_dependent_values(args[0]):
             return tensor_from_symbolic(*args, **(kwargs or {}))
         if self.on_enter is None:   # a re-trace without source locations: only the rule above
             return func(*args, **(kwargs or {}))
