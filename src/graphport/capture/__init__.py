@@ -26,7 +26,7 @@ from ..shapes.env import ShapeEnv
 from ..shapes.spec import InputShapes
 from ..signature import ExportGraphSignature
 from ..source import SourceLocation
-from .control_flow import attach_subgraphs
+from .control_flow import attach_subgraphs, program_module
 from .calls import CallBoundary, ModuleCalls
 from .environment import ModuleSnapshot, capture_environment
 from .inputs import argument_names, input_paths, trace_inputs
@@ -37,7 +37,7 @@ from .sizes import SizeValues
 from .torch_fn import TorchFunctionTracker
 from .state import ModuleState
 
-__all__ = ["Captured", "capture", "argument_names", "input_paths"]
+__all__ = ["Captured", "capture", "argument_names", "input_paths", "program_module"]
 
 
 @dataclass

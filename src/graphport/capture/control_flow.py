@@ -416,11 +416,11 @@ def _lifted_union(subgraphs: list[Subgraph]) -> list[fx.Node]:
 
 
 def finish_subgraph(sub: Subgraph, lifted: list[fx.Node], rec) -> torch.nn.Module:
-    """The subgraph as a module: placeholders operands then `lifted` (one for each, used
-    or not, so all subgraphs of a node take the same arguments), source locations in
-    torch's format, values capture made for itself and nobody uses removed. A trace made
-    without source locations is only compared (small-size proofs), never run: its subgraph
-    is a module holding the graph, without the GraphModule's generated code."""
+    """The subgraph as a module holding its graph: placeholders operands then `lifted` (one
+    for each, used or not, so all subgraphs of a node take the same arguments), source
+    locations in torch's format, values capture made for itself and nobody uses removed.
+    It becomes a GraphModule when the program's module is built (`program_module`): code is
+    generated once per graph, and never for a trace that is only compared."""
     from ..passes.dead_code import eliminate_dead_code
     graph = sub.scope.graph
     first = next((n for n in graph.nodes if n.op != "placeholder"), None)
@@ -440,12 +440,10 @@ def finish_subgraph(sub: Subgraph, lifted: list[fx.Node], rec) -> torch.nn.Modul
         stack = node.meta.pop("gp_stack", None)
         if stack is not None:
             node.meta["stack_trace"] = format_stack_trace(stack)
-    if not rec.locations:
-        holder = subgraph_owner(sub.scope.modules)
-        holder.graph = graph
-        graph.owning_module = holder
-        return holder
-    return fx.GraphModule(subgraph_owner(sub.scope.modules), graph, class_name="GraphModule")
+    holder = subgraph_owner(sub.scope.modules)
+    holder.graph = graph
+    graph.owning_module = holder
+    return holder
 
 
 def _attach(rec, prefix: str, module: torch.nn.Module) -> fx.Node:
@@ -472,3 +470,21 @@ def attach_subgraphs(graph: fx.Graph, modules: dict[str, fx.GraphModule]) -> Non
     would be wasted on every re-trace that is only compared."""
     if modules:
         graph.owning_module = subgraph_owner(modules)
+
+
+def program_module(graph: fx.Graph) -> fx.GraphModule:
+    """The program's GraphModule, each subgraph made a GraphModule in turn from the top. A
+    GraphModule generates its own code and, when built, again that of every child that is
+    already a GraphModule; built top-down from plain holders, each graph's code is generated
+    once, so a cond costs no more code generation than its branches inline."""
+    gm = fx.GraphModule(graph.owning_module or torch.nn.Module(), graph, class_name="GraphModule")
+    _subgraphs_to_graph_modules(gm)
+    return gm
+
+
+def _subgraphs_to_graph_modules(module: torch.nn.Module) -> None:
+    for name, child in list(module.named_children()):
+        if not isinstance(child, fx.GraphModule) and isinstance(getattr(child, "graph", None), fx.Graph):
+            sub = fx.GraphModule(child, child.graph, class_name="GraphModule")
+            setattr(module, name, sub)
+            _subgraphs_to_graph_modules(sub)
