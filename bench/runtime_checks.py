@@ -120,7 +120,7 @@ def relative(a: list[float], b: list[float]) -> tuple[float, float]:
     return statistics.median(x / y for x, y in zip(a, b)) - 1, min(a) / min(b) - 1
 
 
-def measure(name, model, args, repetitions: int = 41, budget: float = 0.01) -> dict:
+def measure(name, model, args, repetitions: int = 61, budget: float = 0.005) -> dict:
     ep = gp.export(model, args)
     module = ep.module()
     checked, twin, unchecked = copy.deepcopy(module), copy.deepcopy(module), without_checks(module)
@@ -134,7 +134,8 @@ def measure(name, model, args, repetitions: int = 41, budget: float = 0.01) -> d
         for fn in callables.values():   # warm-up, and the block size: about `budget` seconds per block
             for _ in range(3):
                 fn()
-        calls = max(1, int(budget / per_call(callables["with"], 5)))
+        single = statistics.median(per_call(callables["with"], 1) for _ in range(7))
+        calls = max(1, int(budget / single))
         times = interleaved(callables, repetitions, calls)
     cost, cost_min = relative(times["with"], times["without"])
     noise, noise_min = relative(times["twin"], times["with"])
@@ -153,7 +154,7 @@ def main() -> None:
              "Each model's exported graph is timed with its assertion nodes (`with`), as a copy without them and "
              "without the comparisons feeding them (`without`), and as a second identical copy of `with` (`twin`: "
              "the noise floor, whose true cost is 0), with `ep.module()`, eager and torch.export's module for "
-             "scale. 41 repetitions, each timing one block of calls (about 10 ms) of every callable in a rotated "
+             "scale. 61 repetitions, each timing one block of calls (about 5 ms) of every callable in a rotated "
              "order. cost = with / without - 1, as the median of the per-repetition ratios and as the ratio of the "
              "fastest blocks; noise = twin / with - 1, the same two ways: a cost within the noise is no cost. "
              "Times are medians, seconds per call.", "",
