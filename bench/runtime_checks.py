@@ -1,8 +1,9 @@
 """What the runtime assertions of data-dependent programs cost per call.
 
-For each model: export with graphport, then run the exported module's graph with its
-assertion nodes (`_assert_scalar`, `sym_constrain_range[_for_size]`) and a copy without
-them, alternating, in one process; the cost is (with - without) / without. Eager and
+For each model: export with graphport, then run `ep.module()`'s graph with its
+assertion nodes (`_assert_scalar`, `sym_constrain_range[_for_size]`), a copy without
+them, and an identical second copy with them (the noise floor: its true cost is zero), in
+interleaved blocks in one process; the cost is with / without - 1. Eager and
 torch.export's module are timed alongside for scale. Rewrites its section of
 bench/RESULTS.md.
 
@@ -13,6 +14,7 @@ from __future__ import annotations
 import copy
 import datetime
 import operator
+import os
 import statistics
 import sys
 import time
@@ -92,48 +94,54 @@ def without_checks(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
     return gm
 
 
-def timed(fn, args, rounds: int) -> list[float]:
-    out = []
-    for _ in range(rounds):
-        start = time.perf_counter()
-        fn(*args)
-        out.append(time.perf_counter() - start)
+def per_call(fn, calls: int) -> float:
+    """Seconds per call over a block of `calls` back-to-back calls."""
+    start = time.perf_counter()
+    for _ in range(calls):
+        fn()
+    return (time.perf_counter() - start) / calls
+
+
+def interleaved(callables: dict, repetitions: int, calls: int) -> dict[str, list[float]]:
+    """Per-call time of each callable in each repetition: every repetition times one block
+    of each, in an order rotated from one repetition to the next, so load that comes and goes
+    on a shared machine hits all of them alike."""
+    names = list(callables)
+    out = {name: [] for name in names}
+    for r in range(repetitions):
+        for name in names[r % len(names):] + names[:r % len(names)]:
+            out[name].append(per_call(callables[name], calls))
     return out
 
 
-def alternating(first, second, rounds: int) -> tuple[list[float], list[float]]:
-    """Per-call times of two callables, interleaved call by call so drift hits both alike."""
-    a, b = [], []
-    for i in range(rounds):
-        for fn, out in ((first, a), (second, b)) if i % 2 == 0 else ((second, b), (first, a)):
-            start = time.perf_counter()
-            fn()
-            out.append(time.perf_counter() - start)
-    return a, b
+def relative(a: list[float], b: list[float]) -> tuple[float, float]:
+    """(a / b - 1) two ways: the median of the per-repetition ratios (blocks timed side by
+    side), and the ratio of the minima (each callable's least disturbed block)."""
+    return statistics.median(x / y for x, y in zip(a, b)) - 1, min(a) / min(b) - 1
 
 
-def measure(name, model, args, rounds: int = 60) -> dict:
+def measure(name, model, args, repetitions: int = 61, budget: float = 0.005) -> dict:
     ep = gp.export(model, args)
     module = ep.module()
-    checked = module._graph_module
-    unchecked = without_checks(checked)
-    state = module._state_values()
-    flat = [a for a in args]
+    checked, twin, unchecked = copy.deepcopy(module), copy.deepcopy(module), without_checks(module)
     ref = torch.export.export(model, args).module()
-    n_checks = sum(1 for n in checked.graph.nodes if n.op == "call_function" and n.target in CHECKS)
-    times = {"with": [], "without": [], "eager": [], "torch.export": [], "module": []}
+    n_checks = sum(1 for n in module.graph.nodes if n.op == "call_function" and n.target in CHECKS)
+    # the graphs alone (forward skips the input checks of a call, the same for all three)
+    callables = {"with": lambda: checked.forward(*args), "twin": lambda: twin.forward(*args),
+                 "without": lambda: unchecked.forward(*args), "module": lambda: module(*args),
+                 "eager": lambda: model(*args), "torch.export": lambda: ref(*args)}
     with torch.no_grad():
-        for _ in range(10):   # warm-up
-            checked(*state, *flat), unchecked(*state, *flat), model(*args), ref(*args)
-        for _ in range(5):
-            w, wo = alternating(lambda: checked(*state, *flat), lambda: unchecked(*state, *flat), rounds)
-            times["with"] += w
-            times["without"] += wo
-            times["module"] += timed(module, args, rounds // 4)
-            times["eager"] += timed(model, args, rounds // 4)
-            times["torch.export"] += timed(ref, args, rounds // 4)
-    med = {k: statistics.median(v) for k, v in times.items()}
-    return {"model": name, "checks": n_checks, **med, "cost": (med["with"] - med["without"]) / med["without"]}
+        for fn in callables.values():   # warm-up, and the block size: about `budget` seconds per block
+            for _ in range(3):
+                fn()
+        single = statistics.median(per_call(callables["with"], 1) for _ in range(7))
+        calls = max(1, int(budget / single))
+        times = interleaved(callables, repetitions, calls)
+    cost, cost_min = relative(times["with"], times["without"])
+    noise, noise_min = relative(times["twin"], times["with"])
+    return {"model": name, "checks": n_checks, "calls": calls,
+            **{k: statistics.median(v) for k, v in times.items()},
+            "cost": cost, "cost_min": cost_min, "noise": noise, "noise_min": noise_min}
 
 
 def main() -> None:
@@ -141,15 +149,21 @@ def main() -> None:
     lines = ["<!-- BEGIN runtime-checks (generated; do not edit) -->", "## Runtime assertions of data-dependent programs",
              "", f"Generated {datetime.datetime.utcnow():%Y-%m-%d %H:%M} UTC by "
                  "`PYTHONPATH=src .venv/bin/python bench/runtime_checks.py`, torch "
-                 f"{torch.__version__}, torch threads {torch.get_num_threads()}", "",
-             "Median seconds per call of the exported graph with its assertion nodes and of a copy without them "
-             "(and without the comparisons feeding them), interleaved call by call in one process; "
-             "cost = (with - without) / without; rows with 0 assertion nodes show the noise floor. `ep.module()` adds the input checks; "
-             "eager and torch.export's module for scale.", "",
-             "| model | assertion nodes | graph with s | graph without s | cost | ep.module() s | eager s | "
-             "torch.export module s |", "|---|---|---|---|---|---|---|---|"]
+                 f"{torch.__version__}, torch threads {torch.get_num_threads()}, "
+                 f"load average at start {os.getloadavg()[0]:.1f}", "",
+             "Each model's exported graph is timed with its assertion nodes (`with`), as a copy without them and "
+             "without the comparisons feeding them (`without`), and as a second identical copy of `with` (`twin`: "
+             "the noise floor, whose true cost is 0), with `ep.module()`, eager and torch.export's module for "
+             "scale. 61 repetitions, each timing one block of calls (about 5 ms) of every callable in a rotated "
+             "order. cost = with / without - 1, as the median of the per-repetition ratios and as the ratio of the "
+             "fastest blocks; noise = twin / with - 1, the same two ways: a cost within the noise is no cost. "
+             "Times are medians, seconds per call.", "",
+             "| model | assertion nodes | calls per block | with s | without s | cost (median ratio) | cost (min) "
+             "| noise (median ratio) | noise (min) | ep.module() s | eager s | torch.export module s |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
-        lines.append(f"| {r['model']} | {r['checks']} | {r['with']:.3g} | {r['without']:.3g} | {r['cost']:+.1%} | "
+        lines.append(f"| {r['model']} | {r['checks']} | {r['calls']} | {r['with']:.3g} | {r['without']:.3g} | "
+                     f"{r['cost']:+.1%} | {r['cost_min']:+.1%} | {r['noise']:+.1%} | {r['noise_min']:+.1%} | "
                      f"{r['module']:.3g} | {r['eager']:.3g} | {r['torch.export']:.3g} |")
     lines.append("<!-- END runtime-checks -->")
     section = "\n".join(lines) + "\n"

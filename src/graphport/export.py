@@ -13,10 +13,9 @@ import warnings
 from typing import Any, Callable
 
 import torch
-import torch.fx as fx
 
 from ._gc import cycle_collection_paused
-from .capture import Captured, argument_names, capture, input_paths
+from .capture import Captured, argument_names, capture, input_paths, program_module
 from .errors import ConstraintViolationError, InputMismatchError, UnsupportedFeatureError, UnsupportedInputError
 from .passes.dead_code import eliminate_dead_code
 from .passes.metadata import finish_metadata
@@ -85,7 +84,7 @@ def export(mod: torch.nn.Module | Callable, args: tuple, kwargs: dict | None = N
     if root is not None:
         call_graph += _submodule_entries(root, captured.boundaries)
     ep = ExportedProgram(
-        fx.GraphModule(captured.graph.owning_module or torch.nn.Module(), captured.graph, class_name="GraphModule"),
+        program_module(captured.graph),
         captured.signature, captured.state_dict,
         range_constraints=contract.range_constraints() if contract is not None else {},
         module_call_graph=call_graph, example_inputs=(args, kwargs), constants=captured.constants,

@@ -21,6 +21,7 @@ class Case:
     args: tuple
     dynamic: Any = None
     fresh: list[tuple] = field(default_factory=list)   # inputs that exercise every branch / several lengths
+    torch_exports: bool = True   # False: torch.export refuses the program (compared with eager only)
 
 
 def r(*shape):
@@ -260,6 +261,53 @@ class EarlyExit(torch.nn.Module):
                           (h, logits))
 
 
+class BranchDependentSize(torch.nn.Module):
+    """The branches return different numbers of rows: the output's size is decided at run
+    time, and code after the cond uses it."""
+
+    def forward(self, x):
+        y = torch.cond(x.sum() > 0, lambda x: x[:2] * 2, lambda x: x[1:] + 1, (x,))
+        return y, y.shape[0] * torch.ones(2)
+
+
+class BranchDependentSizes(torch.nn.Module):
+    """Two outputs, each with a size the branch decides, one of them on its second dimension."""
+
+    def forward(self, x, y):
+        def true_fn(x, y):
+            return x.sum(0, keepdim=True), torch.cat([y, y], 1)
+
+        def false_fn(x, y):
+            return x[:-1].exp(), y.clone()
+        return torch.cond(y.mean() > 0, true_fn, false_fn, (x, y))
+
+
+class SymIntOperand(torch.nn.Module):
+    """A dynamic size passed to the cond operator as an operand."""
+
+    def forward(self, x):
+        return torch.ops.higher_order.cond(x.sum() > 0, lambda x, n: (x * n,), lambda x, n: (x - n,), (x, x.shape[0]))
+
+
+class IntAndSymIntOperands(torch.nn.Module):
+    """A Python int and a dynamic size passed to the cond operator as operands."""
+
+    def forward(self, x):
+        return torch.ops.higher_order.cond(x.sum() > 0, lambda x, n, k: (x * n + k,), lambda x, n, k: (x - n + k,),
+                                           (x, x.shape[0], 3))
+
+
+class MapSymIntOperand(torch.nn.Module):
+    def forward(self, xs, y):
+        return fmap(lambda x, y, n: x * n + y, xs, y, xs.shape[0])
+
+
+class ScanClosesOverSize(torch.nn.Module):
+    def forward(self, init, xs):
+        n = xs.shape[0]
+        return scan(lambda carry, x: (carry + x / n, carry * n), init, xs)
+
+
 def _confident_input():
     return torch.full((2, 8), 0.0)
 
@@ -304,6 +352,19 @@ CASES = [
     Case("scan_trees_inside_cond", ScanTreesInCond, (r(4, 3),), None, [(pos(4, 3),), (neg(4, 3),)]),
     Case("mixture_of_experts", MixtureOfExperts, (r(5, 8),), {"x": {0: Dim("tokens", min=2)}},
          [(r(9, 8),), (r(2, 8),), (r(16, 8),)]),
+    Case("branch_dependent_size", BranchDependentSize, (r(5, 3),), None, [(pos(5, 3),), (neg(5, 3),)]),
+    Case("branch_dependent_size_dynamic", BranchDependentSize, (r(5, 3),), {"x": {0: Dim("b")}},
+         [(pos(7, 3),), (neg(7, 3),), (pos(1, 3),), (neg(1, 3),), (neg(0, 3),), (pos(2, 3),)], torch_exports=False),
+    Case("branch_dependent_sizes_two_outputs", BranchDependentSizes, (r(4, 3), r(2, 3)), None,
+         [(r(4, 3), pos(2, 3)), (r(4, 3), neg(2, 3))]),
+    Case("symint_operand", SymIntOperand, (r(5, 3),), {"x": {0: Dim("b")}},
+         [(pos(2, 3),), (neg(7, 3),), (pos(1, 3),), (neg(0, 3),)]),
+    Case("int_and_symint_operands", IntAndSymIntOperands, (r(5, 3),), {"x": {0: Dim("b")}},
+         [(pos(2, 3),), (neg(7, 3),), (pos(1, 3),), (neg(0, 3),)], torch_exports=False),
+    Case("map_symint_operand", MapSymIntOperand, (r(5, 3), r(3)), {"xs": {0: Dim("n", min=1)}, "y": None},
+         [(r(1, 3), r(3)), (r(8, 3), r(3))]),
+    Case("scan_closes_over_size", ScanClosesOverSize, (r(3), r(5, 3)), {"init": None, "xs": {0: Dim("n", min=1)}},
+         [(r(3), r(1, 3)), (r(3), r(6, 3))]),
     Case("early_exit_classifier", EarlyExit, (r(2, 8),), {"x": {0: Dim("b", min=2)}},
          [(r(4, 8),), (_confident_input(),), (r(3, 8) * 10,)]),
 ]

@@ -32,9 +32,13 @@ def test_branches_returning_different_dtypes() -> None:
     assert "to(dtype)" in e.value.fix
 
 
-def test_branches_returning_different_sizes_names_both() -> None:
-    with pytest.raises(ControlFlowError, match="3 from the true branch, 2 from the false branch"):
-        _export(lambda m, x: torch.cond(x.sum() > 0, lambda x: x + 1, lambda x: x[:2] * 1, (x,)), torch.randn(3))
+def test_branch_dependent_size_needs_contiguous_outputs() -> None:
+    """An output whose size the branch decides gets contiguous strides; a branch returning
+    it transposed is refused (a later view would read it wrongly), with the fix."""
+    with pytest.raises(ControlFlowError, match="depends on the branch taken.*non-contiguous") as e:
+        _export(lambda m, x: torch.cond(x.sum() > 0, lambda x: (x.t() + 1), lambda x: x[:, :2].t() * 1, (x,)),
+                torch.randn(3, 4))
+    assert ".contiguous()" in e.value.fix and "test_errors.py" in str(e.value)
 
 
 def test_branch_writing_an_operand() -> None:

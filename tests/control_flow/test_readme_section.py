@@ -8,10 +8,11 @@ import torch
 
 
 def test_readme_example_runs_and_matches_eager() -> None:
-    text = (Path(__file__).resolve().parents[2] / "docs" / "readme-sections" / "issue-9.md").read_text()
-    code = re.search(r"```python\n(.*?)```", text, re.S).group(1)
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    section = readme.split("## Control flow", 1)[1]
+    code = re.search(r"```python\n(.*?)```", section, re.S).group(1)
     namespace: dict = {}
-    exec(compile(code.replace("print(ep)", "str(ep)"), "issue-9.md", "exec"), namespace)
+    exec(compile(code.replace("print(ep)", "str(ep)"), "README.md", "exec"), namespace)
     ep, model = namespace["ep"], namespace["EarlyExit"]
     assert "torch.ops.higher_order.cond" in str(ep) and "class true_graph_0" in str(ep)
     eager = model()

@@ -170,6 +170,54 @@ def _moe_routing(x, route):
     return out
 
 
+def _bincount(x):
+    return torch.bincount(x)
+
+
+def _bincount_padded(x):
+    counts = torch.bincount(x)
+    torch._check(counts.shape[0] <= 8)
+    if counts.shape[0] > 8:
+        raise ValueError("values must be below 8")
+    return torch.cat([counts, torch.zeros(8 - counts.shape[0], dtype=torch.long)])
+
+
+def _bincount_padded_unchecked(x):
+    counts = torch.bincount(x)
+    if counts.shape[0] > 8:
+        raise ValueError("values must be below 8")
+    return torch.cat([counts, torch.zeros(8 - counts.shape[0], dtype=torch.long)])
+
+
+def _bincount_weighted(x, w, bias):
+    return torch.bincount(x, w, minlength=5) + bias
+
+
+def _unique_rows(x):
+    return torch.unique(x, dim=0, return_inverse=True, return_counts=True)
+
+
+def _unique_columns(x):
+    return torch.unique(x, dim=1, sorted=True).float().mean(0)
+
+
+def _unique_consecutive(x):
+    values, counts = torch.unique_consecutive(x, return_counts=True)
+    return values * 10 + counts
+
+
+def _unique_consecutive_rows(x):
+    return torch.unique_consecutive(x, dim=0, return_inverse=True, return_counts=True)
+
+
+def _tensor_from_tolist(x):
+    return torch.tensor(x.tolist()) * 2
+
+
+def _tensor_from_items(x, s):
+    return torch.tensor([[s.item(), 1.5], [x.sum().item(), s.item() * 2]], dtype=torch.float64) + 1
+
+
 CASES = [
     Case("item_as_size_for_zeros", _zeros, (torch.tensor(3),), [(torch.tensor(0),), (torch.tensor(7),)],
          unchecked=_zeros_unchecked, suggestion="torch._check"),
@@ -216,6 +264,26 @@ CASES = [
     Case("nonzero_count_as_value", _nonzero_count, (torch.tensor([1, 0, 2]),), [(torch.tensor([0, 0, 0]),)]),
     Case("mask_dynamic_length", _dynamic_mask, (torch.randn(8),), [(torch.randn(3),), (torch.randn(1),)],
          dynamic_shapes={"x": {0: gp.Dim("n")}}),
+    Case("bincount", _bincount, (torch.tensor([1, 2, 2, 5]),),
+         [(torch.tensor([0, 0, 0, 0]),), (torch.tensor([9, 3, 3, 0]),)]),
+    Case("bincount_padded", _bincount_padded, (torch.tensor([1, 2, 2, 5]),),
+         [(torch.tensor([0, 0, 0, 0]),), (torch.tensor([7, 3, 3, 0]),)], unchecked=_bincount_padded_unchecked,
+         suggestion="torch._check(u0 > 8)", breaking=[(torch.tensor([1, 8, 2, 4]),)]),
+    Case("bincount_weighted_broadcast", _bincount_weighted, (torch.tensor([1, 2, 2, 4]), torch.rand(4), torch.randn(5)),
+         [(torch.tensor([0, 0, 3, 1]), torch.rand(4), torch.randn(5))],
+         breaking=[(torch.tensor([1, 7, 2, 4]), torch.rand(4), torch.randn(5))]),
+    Case("unique_rows", _unique_rows, (torch.tensor([[1, 2], [1, 2], [3, 4]]),),
+         [(torch.tensor([[5, 5], [1, 2], [0, 0]]),), (torch.tensor([[1, 1], [1, 1], [1, 1]]),)]),
+    Case("unique_columns_dynamic_rows", _unique_columns, (torch.tensor([[1, 2, 1], [3, 4, 3]]),),
+         [(torch.tensor([[1, 2, 3], [3, 4, 3], [0, 0, 0]]),), (torch.tensor([[7, 7, 7]]),)],
+         dynamic_shapes={"x": {0: gp.Dim("rows", min=1)}}),
+    Case("unique_consecutive", _unique_consecutive, (torch.tensor([1, 1, 2, 3, 3, 1]),),
+         [(torch.tensor([4, 4, 4, 4, 4, 4]),), (torch.tensor([1, 2, 1, 2, 1, 2]),)]),
+    Case("unique_consecutive_rows", _unique_consecutive_rows, (torch.tensor([[1, 2], [1, 2], [3, 4]]),),
+         [(torch.tensor([[1, 2], [3, 4], [1, 2]]),)]),
+    Case("tensor_from_tolist", _tensor_from_tolist, (torch.tensor([1, 2, 3]),), [(torch.tensor([-5, 0, 7]),)]),
+    Case("tensor_from_items", _tensor_from_items, (torch.randn(3), torch.tensor(2.5)),
+         [(torch.randn(3), torch.tensor(-1.0))]),
     Case("moe_style_routing", _moe_routing, (torch.randn(6, 4), torch.tensor([0, 2, 1, 0, 0, 2])),
          [(torch.randn(6, 4), torch.tensor([1, 1, 1, 1, 1, 1]))]),
 ]

@@ -19,11 +19,12 @@ class _Logits(torch.nn.Module):
         return self.model(input_ids=ids, use_cache=False).logits
 
 
-def _mixtral() -> torch.nn.Module:
+def _mixtral(experts_implementation: str | None = None) -> torch.nn.Module:
     torch.manual_seed(0)
     config = tf.MixtralConfig(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
                               num_attention_heads=4, num_key_value_heads=2, num_local_experts=4,
-                              num_experts_per_tok=2, max_position_embeddings=64)
+                              num_experts_per_tok=2, max_position_embeddings=64,
+                              experts_implementation=experts_implementation)
     return _Logits(tf.MixtralForCausalLM(config).eval())
 
 
@@ -56,10 +57,27 @@ def _check(ep, model, inputs) -> None:
 
 
 def test_mixtral_static() -> None:
+    """transformers picks its grouped-mm experts by default: every expert runs on a static
+    layout (its `grouped_mm_fallback` custom op), no data-dependent size."""
     model = _mixtral()
+    assert model.model.config._experts_implementation == "grouped_mm"
     ids = torch.randint(0, 64, (2, 8))
     ep = gp.export(model, (ids,))
+    assert any("grouped_mm" in str(n.target) for n in ep.graph.nodes)
     _check(ep, model, [ids, torch.randint(0, 64, (2, 8))])
+
+
+def test_mixtral_eager_experts_loop_over_hit_experts_is_refused_with_the_line() -> None:
+    """transformers' eager experts iterate `for expert_idx in expert_hit` over a nonzero
+    result: a Python loop whose trip count is data (torch.export refuses it as well). The
+    error names transformers' line and the data-dependent count."""
+    model = _mixtral("eager")
+    assert model.model.config._experts_implementation == "eager"
+    with pytest.raises(gp.errors.DataDependentError) as info:
+        gp.export(model, (torch.randint(0, 64, (2, 8)),))
+    message = str(info.value)
+    assert "modeling_mixtral.py" in message and "for expert_idx in expert_hit" in message
+    assert "number of nonzero elements" in message and "torch._check(" in message
 
 
 @pytest.mark.slow

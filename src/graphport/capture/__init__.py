@@ -26,7 +26,7 @@ from ..shapes.env import ShapeEnv
 from ..shapes.spec import InputShapes
 from ..signature import ExportGraphSignature
 from ..source import SourceLocation
-from .control_flow import attach_subgraphs
+from .control_flow import attach_subgraphs, program_module
 from .calls import CallBoundary, ModuleCalls
 from .environment import ModuleSnapshot, capture_environment
 from .inputs import argument_names, input_paths, trace_inputs
@@ -37,7 +37,7 @@ from .sizes import SizeValues
 from .torch_fn import TorchFunctionTracker
 from .state import ModuleState
 
-__all__ = ["Captured", "capture", "argument_names", "input_paths"]
+__all__ = ["Captured", "capture", "argument_names", "input_paths", "program_module"]
 
 
 @dataclass
@@ -79,8 +79,7 @@ def capture(fn: Callable, args: tuple, kwargs: dict, root: torch.nn.Module | Non
         stack.enter_context(capture_environment(hooks, symbolic=shapes is not None))
         if calls is not None:
             stack.enter_context(calls.preserving(root, preserve))
-        if locations:
-            stack.enter_context(TorchFunctionTracker(rec.enter_torch_fn))
+        stack.enter_context(TorchFunctionTracker(rec.enter_torch_fn if locations else None))
         rec.until_done = stack   # contexts capture enters on the way (capture/data_dependent.py)
         with state.swapped() if state is not None else contextlib.nullcontext(), CaptureMode(rec, policy):
             tracer_args, tracer_kwargs = inputs.rebuild()

@@ -26,6 +26,9 @@ import torch.fx as fx
 
 from .. import _torch
 from ..errors import ControlFlowError
+from ..shapes.expr import bounds
+from . import data_dependent
+from .data_dependent import bind_output_sizes
 from ..source import SourceLocation, format_stack_trace
 from .scope import Scope
 from .sizes import is_sym
@@ -63,19 +66,89 @@ def capture_cond(mode, pred, true_fn: Callable, false_fn: Callable, operands=())
 
     def call(fn, inner):
         return fn(*pytree.tree_unflatten(list(inner), spec))
+    known = _known_symbols(rec)
     true = trace_subgraph(mode, "true branch", true_fn, flat, outer, call)
     false = trace_subgraph(mode, "false branch", false_fn, flat, outer, call)
     _check_branches_agree(rec, true, false)
-    _check_layouts_agree(rec, true, false)
+    fresh = _branch_dependent_sizes(mode, true, false, known)
+    if not fresh:
+        _check_layouts_agree(rec, true, false)
     lifted = _lifted_union([true, false])
     true_attr = _attach(rec, "true_graph", finish_subgraph(true, lifted, rec))
     false_attr = _attach(rec, "false_graph", finish_subgraph(false, lifted, rec))
-    val = tuple(t.gp_meta for t in true.outputs)
+    val = _cond_values(true, fresh)
     node = rec.node(COND, (pred_arg, true_attr, false_attr, tuple(outer) + tuple(lifted)), {}, val)
     _finish_node(rec, node, (true_attr, false_attr))
     device = true.outputs[0].device if true.outputs else torch.device("cpu")
     outs = rec.wrap(val, node, device)
+    bind_output_sizes(mode, outs, [(sym, i, d) for (i, d), (sym, _) in fresh.items()])
     return pytree.tree_unflatten(list(outs), true.out_spec)
+
+
+def _known_symbols(rec) -> int:
+    """How many data-dependent symbols exist before the branches are traced: those made
+    later were made inside a branch and are bound there, out of the cond's graph's reach."""
+    return len(rec.sizes.env.unbacked.infos) if rec.sizes is not None else 0
+
+
+def _branch_dependent_sizes(mode, true: Subgraph, false: Subgraph, known: int) -> dict:
+    """(output, dim) -> (fresh symbol, its SymInt) for each output size the branch taken
+    decides: sizes that differ between the branches, and sizes computed inside a branch
+    (data-dependent there). As torch does, each becomes a data-dependent size of the cond's
+    output, ranging over what either branch can give, bound to `sym_size` of the output."""
+    rec = mode.rec
+    inner = set(list(rec.sizes.env.unbacked.infos)[known:]) if rec.sizes is not None else set()
+    fresh = {}
+    for i, (a, b) in enumerate(zip(true.outputs, false.outputs)):
+        for d, (sa, sb) in enumerate(zip(a.shape, b.shape)):
+            if _same_size(rec, sa, sb) and not (_symbols(sa) | _symbols(sb)) & inner:
+                continue
+            env = data_dependent.shape_env(mode)
+            lows, highs = zip(*(bounds(_expr(s), env.ranges) for s in (sa, sb)))
+            sym = env.unbacked.new(int, max(min(lows), 0), max(highs),
+                                   f"the size of torch.cond's output {i} along dimension {d} (the branch taken "
+                                   f"decides it: {sa} or {sb})", size_like=True)
+            fresh[(i, d)] = (sym, data_dependent.sym_int(env, sym))
+    if fresh:
+        for i in sorted({i for i, _ in fresh}):
+            for sub in (true, false):
+                _require_contiguous(rec, sub, i)
+    return fresh
+
+
+def _require_contiguous(rec, sub: Subgraph, i: int) -> None:
+    """An output whose size the branch decides gets contiguous strides of its new shape
+    (what torch gives it), so each branch must return it contiguous."""
+    t = sub.outputs[i]
+    expected = 1
+    for size, stride in reversed(list(zip(t.shape, t.stride()))):
+        if not _same_size(rec, size, 1) and not _same_size(rec, stride, expected):
+            raise ControlFlowError(
+                f"torch.cond's output {i} has a size that depends on the branch taken, and the {sub.role} "
+                f"({sub.where}) returns it with a non-contiguous layout (strides {list(t.stride())})",
+                fix=f"return output {i} contiguous from both branches: `return out.contiguous()`")
+        expected = expected * size
+
+
+def _cond_values(true: Subgraph, fresh: dict) -> tuple:
+    """The cond node's `val`: the true branch's outputs, with each branch-dependent size
+    replaced by its fresh symbol."""
+    vals = []
+    for i, t in enumerate(true.outputs):
+        if not any(k[0] == i for k in fresh):
+            vals.append(t.gp_meta)
+            continue
+        shape = [fresh[(i, d)][1] if (i, d) in fresh else s for d, s in enumerate(t.shape)]
+        vals.append(torch.empty(shape, dtype=t.dtype, device="meta"))
+    return tuple(vals)
+
+
+def _expr(size) -> sympy.Expr:
+    return size.node.expr if is_sym(size) else sympy.Integer(size)
+
+
+def _symbols(size) -> set:
+    return _expr(size).free_symbols
 
 
 def capture_map(mode, fn: Callable, xs: list, args: list) -> Any:
@@ -229,9 +302,11 @@ def trace_subgraph(mode, role: str, fn: Callable, inner: list, outer: list, call
         placeholders = []
         for t, node in zip(inner, outer):
             ph = scope.graph.placeholder(node.name if isinstance(node, fx.Node) else "arg")
-            ph.meta["val"] = t.gp_meta if isinstance(t, TracerTensor) else node
+            ph.meta["val"] = t.gp_meta if isinstance(t, TracerTensor) else t
             if isinstance(t, TracerTensor) and scope.bound_here(t) is None:
                 scope.bind(t, ph, t.gp_base.gp_version if t.gp_base is not None else t.gp_version)
+            elif isinstance(node, fx.Node) and node not in scope.sizes:
+                scope.sizes[node] = ph   # a SymInt operand: its uses inside read the placeholder
             placeholders.append(ph)
         with mode:   # the operator's dispatch left the mode; the function runs under it again
             out = call(fn, inner)
@@ -318,14 +393,6 @@ def _check_branches_agree(rec, true: Subgraph, false: Subgraph) -> None:
                 f"{describe(a)}, the {false.role} {describe(b)}",
                 fix="make both branches return the same dtype and number of dimensions (convert with "
                     ".to(dtype), reshape with .reshape(...))")
-        for d, (sa, sb) in enumerate(zip(a.shape, b.shape)):
-            if not _same_size(rec, sa, sb):
-                raise ControlFlowError(
-                    f"torch.cond's branches return sizes that differ at output {i}, dimension {d}: {sa} from the "
-                    f"{true.role}, {sb} from the {false.role} (shapes {list(a.shape)} and {list(b.shape)}); an "
-                    "output whose size depends on the branch taken cannot be captured yet",
-                    fix="make both branches return the same shape, for example by padding the smaller result "
-                        "or returning a mask alongside a fixed-size tensor")
 
 
 def _same_size(rec, a, b) -> bool:
@@ -349,11 +416,11 @@ def _lifted_union(subgraphs: list[Subgraph]) -> list[fx.Node]:
 
 
 def finish_subgraph(sub: Subgraph, lifted: list[fx.Node], rec) -> torch.nn.Module:
-    """The subgraph as a module: placeholders operands then `lifted` (one for each, used
-    or not, so all subgraphs of a node take the same arguments), source locations in
-    torch's format, values capture made for itself and nobody uses removed. A trace made
-    without source locations is only compared (small-size proofs), never run: its subgraph
-    is a module holding the graph, without the GraphModule's generated code."""
+    """The subgraph as a module holding its graph: placeholders operands then `lifted` (one
+    for each, used or not, so all subgraphs of a node take the same arguments), source
+    locations in torch's format, values capture made for itself and nobody uses removed.
+    It becomes a GraphModule when the program's module is built (`program_module`): code is
+    generated once per graph, and never for a trace that is only compared."""
     from ..passes.dead_code import eliminate_dead_code
     graph = sub.scope.graph
     first = next((n for n in graph.nodes if n.op != "placeholder"), None)
@@ -373,12 +440,10 @@ def finish_subgraph(sub: Subgraph, lifted: list[fx.Node], rec) -> torch.nn.Modul
         stack = node.meta.pop("gp_stack", None)
         if stack is not None:
             node.meta["stack_trace"] = format_stack_trace(stack)
-    if not rec.locations:
-        holder = subgraph_owner(sub.scope.modules)
-        holder.graph = graph
-        graph.owning_module = holder
-        return holder
-    return fx.GraphModule(subgraph_owner(sub.scope.modules), graph, class_name="GraphModule")
+    holder = subgraph_owner(sub.scope.modules)
+    holder.graph = graph
+    graph.owning_module = holder
+    return holder
 
 
 def _attach(rec, prefix: str, module: torch.nn.Module) -> fx.Node:
@@ -405,3 +470,21 @@ def attach_subgraphs(graph: fx.Graph, modules: dict[str, fx.GraphModule]) -> Non
     would be wasted on every re-trace that is only compared."""
     if modules:
         graph.owning_module = subgraph_owner(modules)
+
+
+def program_module(graph: fx.Graph) -> fx.GraphModule:
+    """The program's GraphModule, each subgraph made a GraphModule in turn from the top. A
+    GraphModule generates its own code and, when built, again that of every child that is
+    already a GraphModule; built top-down from plain holders, each graph's code is generated
+    once, so a cond costs no more code generation than its branches inline."""
+    gm = fx.GraphModule(graph.owning_module or torch.nn.Module(), graph, class_name="GraphModule")
+    _subgraphs_to_graph_modules(gm)
+    return gm
+
+
+def _subgraphs_to_graph_modules(module: torch.nn.Module) -> None:
+    for name, child in list(module.named_children()):
+        if not isinstance(child, fx.GraphModule) and isinstance(getattr(child, "graph", None), fx.Graph):
+            sub = fx.GraphModule(child, child.graph, class_name="GraphModule")
+            setattr(module, name, sub)
+            _subgraphs_to_graph_modules(sub)

@@ -10,6 +10,8 @@ torch._constrain_as_size) become assertion nodes, so the artifact checks them it
 """
 from __future__ import annotations
 
+import functools
+
 import sympy
 import torch
 
@@ -162,22 +164,28 @@ def _record(mode, func, args, kwargs, val, sizes: list[tuple[sympy.Symbol, int, 
     node = rec.node(func, node_args, node_kwargs, val)
     rec.user_calls.add(node)
     out = rec.wrap(val, node, device)
-    outs = out if isinstance(out, tuple) else (out,)
-    for sym, index, dim in sizes:
-        size_node = rec.node(aten.sym_size.int, (rec.value(outs[index]), dim), {},
-                             torch.SymInt(SymNode(sym, rec.sizes.env, int)))
-        bind_symbol(rec, sym, size_node)
+    bind_output_sizes(mode, out if isinstance(out, tuple) else (out,), sizes)
     return out
 
 
-def _sym(env, sym) -> torch.SymInt:
+def bind_output_sizes(mode, outs, sizes: list[tuple[sympy.Symbol, int, int]]) -> None:
+    """Bind each (symbol, output index, dim) to `sym_size(outs[index], dim)`: the node that
+    reads the size at run time."""
+    rec = mode.rec
+    for sym, index, dim in sizes:
+        size_node = rec.node(aten.sym_size.int, (rec.value(outs[index]), dim), {}, sym_int(rec.sizes.env, sym))
+        bind_symbol(rec, sym, size_node)
+
+
+def sym_int(env, sym) -> torch.SymInt:
+    """A SymInt standing for the data-dependent symbol `sym`."""
     return torch.SymInt(SymNode(sym, env, int))
 
 
 def nonzero(mode, x):
     env = shape_env(mode)
     u = _count(env, x, f"the number of nonzero elements of {x.gp_label}")
-    n = _sym(env, u)
+    n = sym_int(env, u)
     val = torch.empty_strided((n, x.dim()), (1, n), dtype=torch.long, device=META)
     return _record(mode, aten.nonzero.default, (x,), {}, val, [(u, 0, 0)], x.device)
 
@@ -188,29 +196,56 @@ def masked_select(mode, x, mask):
     whole = torch.empty(shape, device=META)
     u = _count(env, whole, f"the number of elements {mask.gp_label if isinstance(mask, TracerTensor) else 'a mask'} "
                            "selects")
-    val = torch.empty((_sym(env, u),), dtype=x.dtype, device=META)
+    val = torch.empty((sym_int(env, u),), dtype=x.dtype, device=META)
     return _record(mode, aten.masked_select.default, (x, mask), {}, val, [(u, 0, 0)], x.device)
 
 
+_UNIQUE_ARGUMENTS = {
+    aten._unique2.default: ("sorted", "return_inverse", "return_counts"),
+    aten.unique_consecutive.default: ("return_inverse", "return_counts", "dim"),
+    aten.unique_dim.default: ("dim", "sorted", "return_inverse", "return_counts"),
+    aten.unique_dim_consecutive.default: ("dim", "return_inverse", "return_counts"),
+}
+
+
 def unique(mode, func, x, *flags, **kwargs):
-    """_unique2(x, sorted, return_inverse, return_counts) and unique_consecutive(x,
-    return_inverse, return_counts, dim=None): the distinct values, their count a symbol."""
-    if func is aten.unique_consecutive.default:
-        bound = dict(zip(("return_inverse", "return_counts", "dim"), flags), **kwargs)
-        if bound.get("dim") is not None:
-            raise DataDependentError("the program calls torch.unique_consecutive with dim=..., which graphport "
-                                     "cannot capture yet", fix="flatten the tensor first, or keep shapes static")
-        inverse, counts = bound.get("return_inverse", False), bound.get("return_counts", False)
-    else:
-        bound = dict(zip(("sorted", "return_inverse", "return_counts"), flags), **kwargs)
-        inverse, counts = bound.get("return_inverse", False), bound.get("return_counts", False)
+    """torch.unique / unique_consecutive, flat or along a dim: the distinct values (or
+    slices along `dim`), their count a fresh symbol; the inverse and counts outputs have the
+    sizes the kernel gives them."""
+    bound = dict(zip(_UNIQUE_ARGUMENTS[func], flags), **kwargs)
+    inverse, counts = bound.get("return_inverse", False), bound.get("return_counts", False)
     env = shape_env(mode)
-    u = _count(env, x, f"the number of distinct values of {x.gp_label}")
-    n = _sym(env, u)
-    val = (torch.empty((n,), dtype=x.dtype, device=META),
-           torch.empty(tuple(x.shape) if inverse else (0,), dtype=torch.long, device=META),
-           torch.empty((n,) if counts else (0,), dtype=torch.long, device=META))
-    return _record(mode, func, (x, *flags), kwargs, val, [(u, 0, 0)], x.device)
+    dim = bound.get("dim")
+    if dim is None:
+        u = _count(env, x, f"the number of distinct values of {x.gp_label}")
+        n = sym_int(env, u)
+        val = (torch.empty((n,), dtype=x.dtype, device=META),
+               torch.empty(tuple(x.shape) if inverse else (0,), dtype=torch.long, device=META),
+               torch.empty((n,) if counts else (0,), dtype=torch.long, device=META))
+        return _record(mode, func, (x, *flags), kwargs, val, [(u, 0, 0)], x.device)
+    dim = dim % x.dim()
+    length = x.shape[dim]
+    upper = length if isinstance(length, int) else bounds(length.node.expr, env.ranges)[1]
+    u = env.unbacked.new(int, 0, upper, f"the number of distinct slices of {x.gp_label} along dimension {dim}",
+                         size_like=True)
+    n = sym_int(env, u)
+    shape = list(x.shape)
+    shape[dim] = n
+    val = (torch.empty(shape, dtype=x.dtype, device=META), torch.empty((length,), dtype=torch.long, device=META),
+           torch.empty((n,), dtype=torch.long, device=META))
+    return _record(mode, func, (x, *flags), kwargs, val, [(u, 0, dim)], x.device)
+
+
+def bincount(mode, x, weights=None, minlength=0):
+    """torch.bincount: one bin per value up to the largest, at least `minlength`: a fresh
+    size. Counts are int64; weighted sums float32 for float32 weights, else float64 (the
+    kernel's rule)."""
+    env = shape_env(mode)
+    lower = minlength if isinstance(minlength, int) else 0
+    u = env.unbacked.new(int, lower, INF, f"the number of bins of torch.bincount({x.gp_label})", size_like=True)
+    dtype = torch.long if weights is None else torch.float32 if weights.dtype == torch.float32 else torch.float64
+    val = torch.empty((sym_int(env, u),), dtype=dtype, device=META)
+    return _record(mode, aten.bincount.default, (x, weights, minlength), {}, val, [(u, 0, 0)], x.device)
 
 
 def repeat_interleave(mode, repeats, output_size=None):
@@ -218,7 +253,7 @@ def repeat_interleave(mode, repeats, output_size=None):
         return mode.call(aten.repeat_interleave.Tensor, (repeats,), {"output_size": output_size})
     env = shape_env(mode)
     u = env.unbacked.new(int, 0, INF, f"the sum of the repeats {repeats.gp_label}", size_like=True)
-    val = torch.empty((_sym(env, u),), dtype=repeats.dtype, device=META)
+    val = torch.empty((sym_int(env, u),), dtype=repeats.dtype, device=META)
     return _record(mode, aten.repeat_interleave.Tensor, (repeats,), {}, val, [(u, 0, 0)], repeats.device)
 
 
@@ -247,7 +282,7 @@ def slice_tensor(mode, x, dim=0, start=None, end=None, step=1):
     u = env.unbacked.new(int, 0, upper, f"the length of {x.gp_label}[..., :end] along dim {dim}", size_like=True)
     meta = x.gp_meta
     sizes, strides = list(meta.shape), list(meta.stride())
-    sizes[dim] = _sym(env, u)
+    sizes[dim] = sym_int(env, u)
     offset = meta.storage_offset() + start * strides[dim]
     strides[dim] = strides[dim] * step
     val = meta.as_strided(sizes, strides, offset)
@@ -257,7 +292,7 @@ def slice_tensor(mode, x, dim=0, start=None, end=None, step=1):
     node = rec.node(aten.slice.Tensor, node_args, {}, val)
     rec.user_calls.add(node)
     out = rec.wrap(val, node, x.device, view_of=x, step=(aten.slice.Tensor, tuple(node_args[1:]), {}))
-    bind_symbol(rec, u, rec.node(aten.sym_size.int, (node, dim), {}, _sym(env, u)))
+    bind_symbol(rec, u, rec.node(aten.sym_size.int, (node, dim), {}, sym_int(env, u)))
     return out
 
 
@@ -273,7 +308,7 @@ def select_int(mode, x, dim, index):
     sizes, strides = list(meta.shape), list(meta.stride())
     del sizes[dim], strides[dim]
     offset = env.unbacked.new(int, 0, INF, f"the storage offset of {x.gp_label}[i]", size_like=True)
-    val = meta.as_strided(sizes, strides, _sym(env, offset))
+    val = meta.as_strided(sizes, strides, sym_int(env, offset))
     rec = mode.rec
     node_args = (rec.graph_arg(x), dim, rec.graph_arg(index))
     node = rec.node(aten.select.int, node_args, {}, val)
@@ -293,6 +328,10 @@ def mask_index(mode, x, indices):
         return aten.index.Tensor(x, new)
 
 
+def _unique_rule(func, mode, x, *flags, **kwargs):
+    return unique(mode, func, x, *flags, **kwargs)
+
+
 def rules() -> dict:
     """Operator -> capture rule, for the capture mode."""
     return {
@@ -304,9 +343,8 @@ def rules() -> dict:
         aten.select.int: select_int,
         aten.nonzero.default: nonzero,
         aten.masked_select.default: masked_select,
-        aten._unique2.default: lambda mode, x, *a, **k: unique(mode, aten._unique2.default, x, *a, **k),
-        aten.unique_consecutive.default:
-            lambda mode, x, *a, **k: unique(mode, aten.unique_consecutive.default, x, *a, **k),
+        **{op: functools.partial(_unique_rule, op) for op in _UNIQUE_ARGUMENTS},
+        aten.bincount.default: bincount,
         aten.repeat_interleave.Tensor: repeat_interleave,
         aten.sym_constrain_range_for_size.default:
             lambda mode, size, min=None, max=None: constrain_range(mode, size, min, max, for_size=True),
@@ -315,4 +353,4 @@ def rules() -> dict:
     }
 
 
-__all__ = ["ASSERT_PREFIX", "rules", "mask_index", "tolist", "operator"]
+__all__ = ["ASSERT_PREFIX", "rules", "mask_index", "bind_output_sizes", "sym_int"]

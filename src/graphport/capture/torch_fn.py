@@ -1,23 +1,34 @@
 """Which torch-level function each recorded operator runs inside (`torch.add`, `F.linear`,
 `Tensor.view`): the `torch_fn` and `source_fn_stack` metadata torch.export's consumers read
-(quantization and partitioning passes group nodes by the function that made them)."""
+(quantization and partitioning passes group nodes by the function that made them).
+
+The same mode builds `torch.tensor(data)` in the graph when `data` holds data-dependent
+values (tensor_data.py): torch's constructor would need their Python values."""
 from __future__ import annotations
 
 from typing import Any, Callable
 
+import torch
 from torch.overrides import TorchFunctionMode
+
+from .tensor_data import has_data_dependent_values, tensor_from_symbolic
 
 
 class TorchFunctionTracker(TorchFunctionMode):
     """Remembers the outermost torch function being run; a mode is off while its own handler
     runs, so functions called inside that one are not seen (they belong to it)."""
 
-    def __init__(self, on_enter: Callable[[tuple | None], None]):
+    def __init__(self, on_enter: Callable[[tuple | None], None] | None):
         super().__init__()
         self.on_enter = on_enter
         self.counts: dict[str, int] = {}
 
     def __torch_function__(self, func, types, args=(), kwargs=None) -> Any:
+        forwards_to_torch = True   # noqa: F841 (an error raised by `func` is torch's: passes/small_sizes.py)
+        if func is torch.tensor and args and has_data_dependent_values(args[0]):
+            return tensor_from_symbolic(*args, **(kwargs or {}))
+        if self.on_enter is None:   # a re-trace without source locations: only the rule above
+            return func(*args, **(kwargs or {}))
         name = getattr(func, "__name__", type(func).__name__)
         self.counts[name] = count = self.counts.get(name, 0) + 1
         self.on_enter((f"{name}_{count}", f"{type(func).__name__}.{name}", func))

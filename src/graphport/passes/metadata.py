@@ -60,16 +60,22 @@ def capture_value(val: Any) -> Any:
 def finish_metadata(gm: fx.GraphModule) -> None:
     """Every node of `gm` and of its subgraphs: `val` on its run-time device, and
     `tensor_meta` for tensors."""
+    # a value lifted into subgraphs is the outer node's own object: converted once for all
+    made: dict[tuple[int, torch.device], tuple] = {}   # (id(val), device) -> (val, converted, tensor_meta)
     for graph_module in [gm, *(m for m in gm.modules() if isinstance(m, fx.GraphModule) and m is not gm)]:
         devices: dict[fx.Node, torch.device] = {}
         for node in graph_module.graph.nodes:
             device = node.meta.pop(DEVICE_KEY, None) or _device_of_inputs(node, devices)
             devices[node] = device
             if "val" in node.meta:
-                node.meta["val"] = _on_device(node.meta["val"], device)
-                meta = _tensor_meta(node.meta["val"])
-                if meta is not None:
-                    node.meta["tensor_meta"] = meta
+                val = node.meta["val"]
+                found = made.get((id(val), device))
+                if found is None:
+                    converted = _on_device(val, device)
+                    found = made[(id(val), device)] = (val, converted, _tensor_meta(converted))
+                node.meta["val"] = found[1]
+                if found[2] is not None:
+                    node.meta["tensor_meta"] = found[2]
 
 
 def _device_of_inputs(node: fx.Node, devices: dict[fx.Node, torch.device]) -> torch.device:

@@ -228,6 +228,7 @@ def compare(graph: fx.Graph, pinned: fx.Graph, pins: dict,
     A cond the pins decide is compared as the branch it takes; subgraphs (cond branches), whose
     inputs are matched by position (`positional`), are compared recursively."""
     graph = inline_decided_conds(graph, pins)
+    pins = dict(pins)   # grows with the data-dependent sizes matched below
     ours = [n for n in graph.nodes if n.op == "call_function" and not _is_size(n)]
     theirs = [n for n in pinned.nodes if n.op == "call_function" and not _is_size(n)]
     match = _Correspondence()
@@ -243,6 +244,7 @@ def compare(graph: fx.Graph, pinned: fx.Graph, pins: dict,
         b = theirs[j] if j < len(theirs) else None
         if a is not None and b is not None and _same_call(a, b, match, pins):
             match.ours[a] = b
+            _pin_data_dependent_sizes(a, b, pins)
             i, j = i + 1, j + 1
         elif a is not None and _identity_at(a, pins) and a.args[0] in match.ours:
             match.ours[a] = match.resolve(match.ours[a.args[0]])
@@ -261,6 +263,20 @@ def compare(graph: fx.Graph, pinned: fx.Graph, pins: dict,
     if not _same(out_a.args, out_b.args, match, pins):
         return "the program returns other values there", None
     return None
+
+
+def _pin_data_dependent_sizes(a: fx.Node, b: fx.Node, pins: dict) -> None:
+    """Two matching calls give sizes of the same values: a data-dependent size of ours (a
+    nonzero count, a cond output's size the branch decides) is, at the pinned sizes, the
+    pinned trace's size there, which may be a number (both branches give 0 at size 0)."""
+    def leaves(val):
+        return [v for v in (val if isinstance(val, (tuple, list)) else (val,)) if isinstance(v, torch.Tensor)]
+    for va, vb in zip(leaves(a.meta.get("val")), leaves(b.meta.get("val"))):
+        for sa, sb in zip(va.shape, vb.shape):
+            node = sa.node if isinstance(sa, torch.SymInt) else None
+            if isinstance(node, SymNode) and node.expr.is_Symbol and node.expr in node.env.unbacked.infos \
+                    and node.expr not in pins:
+                pins[node.expr] = sb.node.expr if isinstance(sb, torch.SymInt) else sympy.Integer(sb)
 
 
 def _match_subgraphs(graph: fx.Graph, pinned: fx.Graph, match: _Correspondence, pins) -> None:
