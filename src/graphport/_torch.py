@@ -160,7 +160,7 @@ def hop_entry_module():
 
 def lazy_graph_module(root: torch.nn.Module, graph: torch.fx.Graph) -> torch.fx.GraphModule:
     """A GraphModule whose Python code is generated on first call or first read of `.code`,
-    not when it is made (graphport.load makes graphs that are printed or rebuilt before
-    they ever run)."""
+    not when it is made (export and load make graphs that are often printed, saved or
+    rebuilt before they ever run)."""
     from torch.fx._lazy_graph_module import _LazyGraphModule
     return _LazyGraphModule(root, graph, class_name="GraphModule")

@@ -473,11 +473,11 @@ def attach_subgraphs(graph: fx.Graph, modules: dict[str, fx.GraphModule]) -> Non
 
 
 def program_module(graph: fx.Graph) -> fx.GraphModule:
-    """The program's GraphModule, each subgraph made a GraphModule in turn from the top. A
-    GraphModule generates its own code and, when built, again that of every child that is
-    already a GraphModule; built top-down from plain holders, each graph's code is generated
-    once, so a cond costs no more code generation than its branches inline."""
-    gm = fx.GraphModule(graph.owning_module or torch.nn.Module(), graph, class_name="GraphModule")
+    """The program's GraphModule, each subgraph made a GraphModule in turn from the top.
+    Each generates its Python code on first call or first read of `.code`, not here: an
+    exported program is often printed, saved, lowered or converted before it runs, and code
+    generation was a fifth of a static export (a cond's branches included)."""
+    gm = _torch.lazy_graph_module(graph.owning_module or torch.nn.Module(), graph)
     _subgraphs_to_graph_modules(gm)
     return gm
 
@@ -485,6 +485,6 @@ def program_module(graph: fx.Graph) -> fx.GraphModule:
 def _subgraphs_to_graph_modules(module: torch.nn.Module) -> None:
     for name, child in list(module.named_children()):
         if not isinstance(child, fx.GraphModule) and isinstance(getattr(child, "graph", None), fx.Graph):
-            sub = fx.GraphModule(child, child.graph, class_name="GraphModule")
+            sub = _torch.lazy_graph_module(child, child.graph)
             setattr(module, name, sub)
             _subgraphs_to_graph_modules(sub)
