@@ -231,7 +231,8 @@ def _assert_scalar(rec: Recorder, env, cond, message: str) -> None:
         return None
     if env is not None and env.static_value(cond.node.expr) is None:
         env.assume(cond.node.expr)
-    value = rec.sym_value(cond)
+    with _torch.outside_dispatch_modes():   # its size nodes are computed on metadata, not captured
+        value = rec.sym_value(cond)
     if isinstance(value, fx.Node):
         rec.user_calls.add(rec.node(torch.ops.aten._assert_scalar.default, (value, message), {}, None))
     return None
