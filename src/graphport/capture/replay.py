@@ -150,11 +150,24 @@ def _data_dependent_symbols_of(rec: Recorder, env):
     unbacked.asserter = assert_here
     try:
         yield
+        _keep_binding_names(rec, bound)
     finally:
         unbacked.asserter = asserter
         unbacked.reuse.clear()
         for sym, info in unbacked.infos.items():
             info.node = bound.get(sym)
+
+
+def _keep_binding_names(rec: Recorder, bound: dict) -> None:
+    """A node binding a symbol keeps the source's name (`item`, though a lowering records
+    `_local_scalar_dense`): the shape contract and the symbols, which the lowered program
+    shares with its source, name their binding nodes."""
+    taken = {n.name for n in rec.graph.nodes}
+    for sym, name in bound.items():
+        node = rec.sizes.cache.get(sym)
+        if isinstance(node, fx.Node) and name is not None and node.name != name and name not in taken:
+            taken.discard(node.name)
+            taken.add(_torch.rename_node(node, name))
 
 
 @contextlib.contextmanager
