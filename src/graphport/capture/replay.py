@@ -137,12 +137,14 @@ def _data_dependent_symbols_of(rec: Recorder, env):
     """During the replay, the program's data-dependent symbols are made again by the nodes
     that made them (same names, same known ranges) and bound to the replay's nodes, and a
     fact a decomposition states is recorded in the replay's graph. The source program's
-    bindings are restored afterwards: it is left as it was."""
+    bindings, facts and ranges are restored afterwards: it is left as it was, and a fact
+    only the lowered graph checks is not assumed for it."""
     if env is None:
         yield
         return
     unbacked = env.unbacked
     asserter, bound = unbacked.asserter, {sym: info.node for sym, info in unbacked.infos.items()}
+    facts, ranges = list(unbacked.facts), {sym: info.range for sym, info in unbacked.infos.items()}
 
     def assert_here(cond) -> None:
         with _torch.outside_dispatch_modes():
@@ -154,8 +156,10 @@ def _data_dependent_symbols_of(rec: Recorder, env):
     finally:
         unbacked.asserter = asserter
         unbacked.reuse.clear()
+        unbacked.facts[:] = facts
         for sym, info in unbacked.infos.items():
             info.node = bound.get(sym)
+            info.range = ranges.get(sym, info.range)
 
 
 def _keep_binding_names(rec: Recorder, bound: dict) -> None:
