@@ -1,6 +1,6 @@
 """run_decompositions on every program of the data-dependent corpus: the lowered program
 keeps the data-dependent symbols (same names, same ranges), the nodes that bind them and
-the checks the program states; it matches eager on the corpus's inputs, refuses the inputs
+the checks the program states (also for the sizes of a `cond` whose branches differ); it matches eager on the corpus's inputs, refuses the inputs
 that break a stated check as the source does, and its source is left as it was."""
 from __future__ import annotations
 
@@ -11,6 +11,8 @@ import torch
 
 import graphport as gp
 from graphport.shapes.contract import ComputedValue
+from tests.control_flow.corpus import CASES as CONTROL_FLOW
+from tests.control_flow.test_corpus import _export as export_control_flow
 from tests.data_dependent.corpus import CASES
 from tests.data_dependent.test_corpus import _same
 
@@ -76,3 +78,17 @@ def test_lowered_round_trips(name) -> None:
     for args in case.breaking:
         with pytest.raises(gp.errors.RuntimeCheckError):
             loaded.module()(*args)
+
+
+@pytest.mark.parametrize("table", list(TABLES), ids=list(TABLES))
+@pytest.mark.parametrize("name", ["branch_dependent_size", "branch_dependent_size_dynamic",
+                                  "branch_dependent_sizes_two_outputs"])
+def test_cond_of_data_dependent_size_lowers(name, table) -> None:
+    """A `cond` whose branches differ in size is kept whole; the size of its result is bound
+    again in the lowered graph to the node that reads it."""
+    case = next(c for c in CONTROL_FLOW if c.name == name)
+    model, ep = export_control_flow(case)
+    lowered = ep.run_decompositions(TABLES[table])
+    assert lowered.range_constraints == ep.range_constraints
+    for args in [case.args, *case.fresh]:
+        _same(lowered.module()(*args), model(*args))

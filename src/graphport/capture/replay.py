@@ -26,7 +26,7 @@ from ..errors import OperatorError, UnsupportedFeatureError
 from ..ops.policy import DispatchPolicy
 from ..passes.dead_code import eliminate_dead_code
 from ..passes.metadata import capture_value
-from .data_dependent import assert_fact
+from .data_dependent import assert_fact, bind_symbol
 from .environment import capture_environment
 from .mode import CaptureMode
 from .recorder import Recorder
@@ -226,7 +226,7 @@ def _run(rec: Recorder, gm: fx.GraphModule, node: fx.Node, values: dict, policy:
     if target is operator.getitem:
         return args[0][args[1]]
     if target is torch.ops.aten.sym_size.int:
-        return args[0].shape[args[1]]
+        return _size(rec, inputs.env, *args)
     if target in _SIZE_OPS:
         return target(*args, **kwargs)
     if target is torch.ops.aten._assert_scalar.default:
@@ -239,6 +239,18 @@ def _run(rec: Recorder, gm: fx.GraphModule, node: fx.Node, values: dict, policy:
         except OperatorError:
             return torch.ops.aten.reshape.default(*args, **kwargs)
     return target(*args, **kwargs)
+
+
+def _size(rec: Recorder, env, t, dim: int) -> Any:
+    """`t.shape[dim]`; a data-dependent size no replayed node has bound yet (the output of
+    an operator recorded as it was, a `cond` whose branches differ in size) is bound to a
+    `sym_size` node, as the source bound it."""
+    size = t.shape[dim]
+    if env is not None and is_sym(size):
+        sym = size.node.expr
+        if sym in env.unbacked.infos and sym not in rec.sizes.cache:
+            bind_symbol(rec, sym, rec.node(torch.ops.aten.sym_size.int, (rec.graph_arg(t), dim), {}, size))
+    return size
 
 
 def _assert_scalar(rec: Recorder, env, cond, message: str) -> None:
