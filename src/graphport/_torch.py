@@ -164,3 +164,10 @@ def lazy_graph_module(root: torch.nn.Module, graph: torch.fx.Graph) -> torch.fx.
     rebuilt before they ever run)."""
     from torch.fx._lazy_graph_module import _LazyGraphModule
     return _LazyGraphModule(root, graph, class_name="GraphModule")
+
+
+def rename_node(node: torch.fx.Node, candidate: str) -> str:
+    """Give `node` the name `candidate` (made unique in its graph, as fx names new nodes);
+    returns the name it got."""
+    node._rename(candidate)
+    return node.name

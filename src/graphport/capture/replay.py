@@ -26,6 +26,7 @@ from ..errors import OperatorError, UnsupportedFeatureError
 from ..ops.policy import DispatchPolicy
 from ..passes.dead_code import eliminate_dead_code
 from ..passes.metadata import capture_value
+from .data_dependent import assert_fact, bind_symbol
 from .environment import capture_environment
 from .mode import CaptureMode
 from .recorder import Recorder
@@ -81,8 +82,9 @@ def replay(gm: fx.GraphModule, policy: DispatchPolicy, inputs: ReplayInputs) -> 
         rec.sizes = SizeValues(inputs.env, {i: by_name[name] for i, name in enumerate(inputs.user_inputs)})
     owner = torch.nn.Module()
     keep: set[fx.Node] = set()
+    made_by = _symbols_made_by(gm, inputs.env)
     with capture_environment(None, symbolic=inputs.env is not None), _portable_decompositions(), \
-            CaptureMode(rec, policy):
+            _data_dependent_symbols_of(rec, inputs.env), CaptureMode(rec, policy):
         last_meta: dict = {}
         for node in gm.graph.nodes:
             if node.op == "placeholder":
@@ -96,6 +98,8 @@ def replay(gm: fx.GraphModule, policy: DispatchPolicy, inputs: ReplayInputs) -> 
                 _inherit(rec.graph, mark, last_meta)
                 rec.graph.output(tuple(outputs))
                 break
+            if inputs.env is not None:
+                inputs.env.unbacked.reuse[:] = made_by.get(node, [])
             values[node] = result = _run(rec, gm, node, values, policy, inputs, owner)
             _inherit(rec.graph, mark, node.meta)
             last_meta = node.meta
@@ -108,6 +112,66 @@ def replay(gm: fx.GraphModule, policy: DispatchPolicy, inputs: ReplayInputs) -> 
     renamed = {name: value.name if isinstance(value, fx.Node) else value for name, value in named.items()}
     return Replayed(fx.GraphModule(owner, rec.graph, class_name="GraphModule"), new_constants,
                     {t: v for t, v in rec.constant_values.items() if t not in known}, renamed)
+
+
+def _symbols_made_by(gm: fx.GraphModule, env) -> dict[fx.Node, list]:
+    """Node -> the data-dependent symbols first seen in its value, in the order they were made."""
+    if env is None:
+        return {}
+    seen: set = set()
+    made: dict[fx.Node, list] = {}
+    for node in gm.graph.nodes:
+        found = set()
+        for leaf in pytree.tree_leaves(node.meta.get("val")):
+            for size in (list(leaf.shape) if isinstance(leaf, torch.Tensor) else [leaf]):
+                if is_sym(size):
+                    found.update(s for s in env.unbacked.involved(size.node.expr) if s not in seen)
+        if found:
+            made[node] = sorted(found, key=lambda s: int(s.name[1:]))
+            seen |= found
+    return made
+
+
+@contextlib.contextmanager
+def _data_dependent_symbols_of(rec: Recorder, env):
+    """During the replay, the program's data-dependent symbols are made again by the nodes
+    that made them (same names, same known ranges) and bound to the replay's nodes, and a
+    fact a decomposition states is recorded in the replay's graph. The source program's
+    bindings, facts and ranges are restored afterwards: it is left as it was, and a fact
+    only the lowered graph checks is not assumed for it."""
+    if env is None:
+        yield
+        return
+    unbacked = env.unbacked
+    asserter, bound = unbacked.asserter, {sym: info.node for sym, info in unbacked.infos.items()}
+    facts, ranges = list(unbacked.facts), {sym: info.range for sym, info in unbacked.infos.items()}
+
+    def assert_here(cond) -> None:
+        with _torch.outside_dispatch_modes():
+            assert_fact(rec, cond)
+    unbacked.asserter = assert_here
+    try:
+        yield
+        _keep_binding_names(rec, bound)
+    finally:
+        unbacked.asserter = asserter
+        unbacked.reuse.clear()
+        unbacked.facts[:] = facts
+        for sym, info in unbacked.infos.items():
+            info.node = bound.get(sym)
+            info.range = ranges.get(sym, info.range)
+
+
+def _keep_binding_names(rec: Recorder, bound: dict) -> None:
+    """A node binding a symbol keeps the source's name (`item`, though a lowering records
+    `_local_scalar_dense`): the shape contract and the symbols, which the lowered program
+    shares with its source, name their binding nodes."""
+    taken = {n.name for n in rec.graph.nodes}
+    for sym, name in bound.items():
+        node = rec.sizes.cache.get(sym)
+        if isinstance(node, fx.Node) and name is not None and node.name != name and name not in taken:
+            taken.discard(node.name)
+            taken.add(_torch.rename_node(node, name))
 
 
 @contextlib.contextmanager
@@ -162,9 +226,11 @@ def _run(rec: Recorder, gm: fx.GraphModule, node: fx.Node, values: dict, policy:
     if target is operator.getitem:
         return args[0][args[1]]
     if target is torch.ops.aten.sym_size.int:
-        return args[0].shape[args[1]]
+        return _size(rec, inputs.env, *args)
     if target in _SIZE_OPS:
         return target(*args, **kwargs)
+    if target is torch.ops.aten._assert_scalar.default:
+        return _assert_scalar(rec, inputs.env, *args)
     if isinstance(target, _torch.HigherOrderOperator):
         return _record_as_is(rec, node, args, kwargs)
     if target in _VIEWS_OF_VALUES:
@@ -173,6 +239,32 @@ def _run(rec: Recorder, gm: fx.GraphModule, node: fx.Node, values: dict, policy:
         except OperatorError:
             return torch.ops.aten.reshape.default(*args, **kwargs)
     return target(*args, **kwargs)
+
+
+def _size(rec: Recorder, env, t, dim: int) -> Any:
+    """`t.shape[dim]`; a data-dependent size no replayed node has bound yet (the output of
+    an operator recorded as it was, a `cond` whose branches differ in size) is bound to a
+    `sym_size` node, as the source bound it."""
+    size = t.shape[dim]
+    if env is not None and is_sym(size):
+        sym = size.node.expr
+        if sym in env.unbacked.infos and sym not in rec.sizes.cache:
+            bind_symbol(rec, sym, rec.node(torch.ops.aten.sym_size.int, (rec.graph_arg(t), dim), {}, size))
+    return size
+
+
+def _assert_scalar(rec: Recorder, env, cond, message: str) -> None:
+    """A check the program states is kept as it is, with its message (the user's line), and
+    holds for the rest of the replay as it did during capture."""
+    if not is_sym(cond):
+        return None
+    if env is not None and env.static_value(cond.node.expr) is None:
+        env.assume(cond.node.expr)
+    with _torch.outside_dispatch_modes():   # its size nodes are computed on metadata, not captured
+        value = rec.sym_value(cond)
+    if isinstance(value, fx.Node):
+        rec.user_calls.add(rec.node(torch.ops.aten._assert_scalar.default, (value, message), {}, None))
+    return None
 
 
 class _Subgraph:

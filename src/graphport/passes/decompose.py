@@ -104,15 +104,15 @@ def _replay_inputs(ep: ExportedProgram, env, named: frozenset[str]) -> ReplayInp
 
 
 def _shape_env(graph: fx.Graph):
-    """The shape environment of the program's symbolic sizes, or None for a static program."""
+    """The shape environment of the program's symbolic sizes, or None for a static program.
+    Every node is looked at, not only the inputs: a program with static inputs still has
+    symbolic sizes when it reads data (`.item()`, `nonzero`), and its replay needs them."""
     for node in graph.nodes:
-        if node.op != "placeholder":
-            break
-        val = node.meta.get("val")
-        sizes = list(val.shape) if isinstance(val, torch.Tensor) else [val]
-        for size in sizes:
-            if isinstance(size, torch.SymInt) and hasattr(size.node, "env"):
-                return size.node.env
+        for val in pytree.tree_leaves(node.meta.get("val")):
+            sizes = list(val.shape) if isinstance(val, torch.Tensor) else [val]
+            for size in sizes:
+                if isinstance(size, (torch.SymInt, torch.SymFloat, torch.SymBool)) and hasattr(size.node, "env"):
+                    return size.node.env
     return None
 
 

@@ -50,8 +50,13 @@ class Unbacked:
     # draft_export: answers a question the facts do not settle from the example inputs, stating
     # the answer as a checked fact (capture/example_answers.py); None: the question is an error
     from_example: Callable | None = None
+    # a replay (run_decompositions) hands the source's symbols out again, in the order the
+    # source made them, so the lowered program keeps u0, u1 ... and what is known of them
+    reuse: list[sympy.Symbol] = field(default_factory=list)
 
     def new(self, pytype: type, lower, upper, origin: str, size_like: bool = False) -> sympy.Symbol:
+        if self.reuse:
+            return self.reuse.pop(0)
         name = f"u{len(self.infos)}"
         if pytype is float:
             sym = sympy.Symbol(name, real=True)
