@@ -91,12 +91,16 @@ def replay(gm: fx.GraphModule, policy: DispatchPolicy, inputs: ReplayInputs) -> 
                 continue
             mark = next(reversed(rec.graph.nodes), None)
             if node.op == "output":
-                outputs = [_graph_value(rec, v) for v in pytree.tree_map_only(fx.Node, values.__getitem__,
-                                                                               node.args[0])]
+                returned = node.args[0]
+                if isinstance(returned, fx.Node):   # a single value (a while_loop's predicate graph)
+                    outputs = _graph_value(rec, values[returned])
+                else:
+                    outputs = tuple(_graph_value(rec, v) for v in pytree.tree_map_only(fx.Node, values.__getitem__,
+                                                                                        returned))
                 named = {n.name: _graph_value(rec, values[n]) for n in values if n.name in inputs.named}
                 keep.update(v for v in named.values() if isinstance(v, fx.Node))
                 _inherit(rec.graph, mark, last_meta)
-                rec.graph.output(tuple(outputs))
+                rec.graph.output(outputs)
                 break
             if inputs.env is not None:
                 inputs.env.unbacked.reuse[:] = made_by.get(node, [])
