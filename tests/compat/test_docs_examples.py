@@ -13,7 +13,6 @@ ops, decompositions, unflatten, save/load, draft_export), written here in our ow
 """
 from __future__ import annotations
 
-import types
 from typing import Any, Callable
 
 import pytest
@@ -22,21 +21,8 @@ import torch.export
 
 import graphport as gp
 
-EXPORTERS = {
-    "graphport": types.SimpleNamespace(
-        export=gp.export, Dim=gp.Dim, draft_export=gp.draft_export, ShapesCollection=gp.ShapesCollection,
-        AdditionalInputs=gp.AdditionalInputs, refine=gp.refine_dynamic_shapes_from_suggested_fixes,
-        unflatten=gp.unflatten, save=gp.save, load=gp.load, cond=gp.cond,
-        default_decompositions=gp.default_decompositions, register_dataclass=gp.register_dataclass,
-        suffix=".gport"),
-    "torch": types.SimpleNamespace(
-        export=torch.export.export, Dim=torch.export.Dim, draft_export=torch.export.draft_export,
-        ShapesCollection=torch.export.ShapesCollection, AdditionalInputs=torch.export.AdditionalInputs,
-        refine=torch.export.dynamic_shapes.refine_dynamic_shapes_from_suggested_fixes,
-        unflatten=torch.export.unflatten, save=torch.export.save, load=torch.export.load, cond=torch.cond,
-        default_decompositions=torch.export.default_decompositions,
-        register_dataclass=torch.export.register_dataclass, suffix=".pt2"),
-}
+from .exporters import EXPORTERS
+
 
 _BUILTINS = (AssertionError, ValueError, TypeError, RuntimeError)
 

@@ -2,24 +2,12 @@
 its file:line and the fix, the way torch.export's draft_export reports them."""
 from __future__ import annotations
 
-import types
 
 import pytest
 import torch
 import torch.export
 
 import graphport as gp
-
-EXPORTERS = {
-    "graphport": types.SimpleNamespace(draft_export=gp.draft_export, export=gp.export, Dim=gp.Dim),
-    "torch": types.SimpleNamespace(draft_export=torch.export.draft_export, export=torch.export.export,
-                                   Dim=torch.export.Dim),
-}
-
-
-@pytest.fixture(params=list(EXPORTERS))
-def ex(request):
-    return EXPORTERS[request.param]
 
 
 class Related(torch.nn.Module):

@@ -4,7 +4,6 @@ against both exporters (torch.export only as the oracle); graphport's program is
 with eager at several values, 0 and 1 included where the range allows."""
 from __future__ import annotations
 
-import types
 
 import pytest
 import torch
@@ -12,16 +11,6 @@ import torch.export
 
 import graphport as gp
 from graphport.interop import to_torch
-
-EXPORTERS = {
-    "graphport": types.SimpleNamespace(export=gp.export, Dim=gp.Dim),
-    "torch": types.SimpleNamespace(export=torch.export.export, Dim=torch.export.Dim),
-}
-
-
-@pytest.fixture(params=list(EXPORTERS))
-def ex(request):
-    return EXPORTERS[request.param]
 
 
 class Scale(torch.nn.Module):

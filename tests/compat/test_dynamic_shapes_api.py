@@ -3,26 +3,12 @@ AdditionalInputs, specs written with torch.export's own objects, export's keywor
 arguments. Shared behaviour runs against both exporters (torch.export only as the oracle)."""
 from __future__ import annotations
 
-import types
 
 import pytest
 import torch
 import torch.export
 
 import graphport as gp
-
-EXPORTERS = {
-    "graphport": types.SimpleNamespace(export=gp.export, Dim=gp.Dim, ShapesCollection=gp.ShapesCollection,
-                                       AdditionalInputs=gp.AdditionalInputs),
-    "torch": types.SimpleNamespace(export=torch.export.export, Dim=torch.export.Dim,
-                                   ShapesCollection=torch.export.ShapesCollection,
-                                   AdditionalInputs=torch.export.AdditionalInputs),
-}
-
-
-@pytest.fixture(params=list(EXPORTERS))
-def ex(request):
-    return EXPORTERS[request.param]
 
 
 class Shifted(torch.nn.Module):

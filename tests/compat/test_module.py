@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import copy
 import inspect
-import types
 
 import pytest
 import torch
@@ -15,15 +14,7 @@ import torch.fx as fx
 
 import graphport as gp
 
-EXPORTERS = {
-    "graphport": types.SimpleNamespace(export=gp.export, Dim=gp.Dim),
-    "torch": types.SimpleNamespace(export=torch.export.export, Dim=torch.export.Dim),
-}
-
-
-@pytest.fixture(params=list(EXPORTERS))
-def ex(request):
-    return EXPORTERS[request.param]
+from .exporters import EXPORTERS
 
 
 class Keywords(torch.nn.Module):

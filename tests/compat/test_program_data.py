@@ -3,7 +3,6 @@ metadata (val on the run-time device, tensor_meta, stack_trace, nn_module_stack,
 source_fn_stack), and ranges of sizes. Same user code against both exporters."""
 from __future__ import annotations
 
-import types
 
 import pytest
 import torch
@@ -11,15 +10,7 @@ import torch.export
 
 import graphport as gp
 
-EXPORTERS = {
-    "graphport": types.SimpleNamespace(export=gp.export, Dim=gp.Dim),
-    "torch": types.SimpleNamespace(export=torch.export.export, Dim=torch.export.Dim),
-}
-
-
-@pytest.fixture(params=list(EXPORTERS))
-def ex(request):
-    return EXPORTERS[request.param]
+from .exporters import EXPORTERS
 
 
 class Tied(torch.nn.Module):
