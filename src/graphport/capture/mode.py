@@ -24,6 +24,8 @@ from .data_dependent import mask_index, rules as data_dependent_rules, truth
 from . import custom_ops
 from .environment import register_higher_order_rules
 from .grad import as_eager_requires
+from .layer_meta import META_BY_DECOMPOSITION, layer_meta
+from .pointwise_meta import pointwise_meta
 from .recorder import Recorder
 from .rules import HIGHER_ORDER, SPECIAL
 from .tracer import META, TracerTensor, data_dependent
@@ -43,6 +45,10 @@ _CONCRETE_QUERIES = {
     aten.size.default: lambda m: list(m.shape),
     aten.stride.default: lambda m: list(m.stride()),
 }
+
+
+def _symbolic(meta_args: tuple) -> bool:
+    return any(isinstance(s, torch.SymInt) for a in arg_leaves(meta_args) if isinstance(a, torch.Tensor) for s in a.shape)
 
 
 class CaptureMode(_torch.TorchDispatchMode):
@@ -172,13 +178,28 @@ class CaptureMode(_torch.TorchDispatchMode):
                 return func(*meta_args, **meta_kwargs)
             if custom_ops.is_custom(func):
                 return custom_ops.run_fake_kernel(func, meta_args, meta_kwargs, self)
-            return self.rec.meta_cache.run(func, meta_args, meta_kwargs, lambda: func(*meta_args, **meta_kwargs))
+            return self.rec.meta_cache.run(func, meta_args, meta_kwargs,
+                                           lambda: self._meta_kernel(func, args, kwargs, meta_args, meta_kwargs))
         except (NotImplementedError, RuntimeError, ValueError, TypeError, IndexError) as e:
             if isinstance(e, GraphportError):
                 raise
             if isinstance(e, NotImplementedError) or not _torch.has_meta_kernel(func):
                 raise _no_meta_kernel(func, e) from None
             raise _operator_error(func, e) from e
+
+    def _meta_kernel(self, func, args, kwargs, meta_args, meta_kwargs):
+        """torch's meta kernel; on symbolic sizes first the closed forms for the common calls
+        (capture/pointwise_meta.py, layer_meta.py), then torch's own Python decomposition run
+        on the tracers, whose pieces take those closed forms."""
+        if _symbolic(meta_args):
+            out = pointwise_meta(func, meta_args, meta_kwargs)
+            if out is None:
+                out = layer_meta(func, meta_args, meta_kwargs)
+            if out is None and func in META_BY_DECOMPOSITION:
+                out = self.metadata_by_decomposition(func, META_BY_DECOMPOSITION[func], args, kwargs)
+            if out is not None:
+                return out
+        return func(*meta_args, **meta_kwargs)
 
     # -- recording ------------------------------------------------------------------------
 
@@ -210,16 +231,13 @@ class CaptureMode(_torch.TorchDispatchMode):
         grads = [self.rec.grad.requires_grad(self.rec.value(t)) for t in tracers]
 
         def decomposed_meta():
-            try:
-                with self.rec.child_scope(recording=False), as_eager_requires(tracers, grads):
-                    out = self.run_decomposition(func, func.decompose, args, kwargs)
-            except UnsupportedFeatureError:
-                return None  # its insides do what capture cannot express; its meta kernel can still answer
-            except (RuntimeError, ValueError, TypeError, IndexError) as e:
-                if isinstance(e, GraphportError):
-                    raise
-                raise _operator_error(func, e) from e   # the op's own checks reject its arguments
-            return None if out is NotImplemented else pytree.tree_map_only(TracerTensor, lambda t: t.gp_meta, out)
+            meta_args, meta_kwargs = map_args(self._meta, (args, kwargs))
+            if _symbolic(meta_args):
+                out = layer_meta(func, meta_args, meta_kwargs)
+                if out is not None:
+                    return out
+            with as_eager_requires(tracers, grads):
+                return self.metadata_by_decomposition(func, func.decompose, args, kwargs)
 
         val = self.rec.meta_cache.run(("decomposed", func, *grads), args, kwargs, decomposed_meta)
         if val is None:
@@ -228,6 +246,25 @@ class CaptureMode(_torch.TorchDispatchMode):
         node = self.rec.node(func, node_args, node_kwargs, val)
         self.rec.user_calls.add(node)
         return self.rec.wrap(val, node, self._device(args, kwargs))
+
+    def metadata_by_decomposition(self, func, decomposition, args, kwargs):
+        """`func`'s output metadata from running `decomposition` on the tracers, in a scope
+        whose graph is thrown away; None when capture cannot follow it (then its meta kernel
+        answers)."""
+        try:
+            with self.rec.child_scope(recording=False):
+                out = self.run_decomposition(func, decomposition, args, kwargs)
+        except UnsupportedFeatureError:
+            return None  # its insides do what capture cannot express; its meta kernel can still answer
+        except (RuntimeError, ValueError, TypeError, IndexError) as e:
+            if isinstance(e, GraphportError):
+                raise
+            raise _operator_error(func, e) from e   # the op's own checks reject its arguments
+        if out is NotImplemented:
+            return None
+        if isinstance(out, tuple):
+            out = tuple(out)   # a decomposition may return a named tuple; operators return plain ones
+        return pytree.tree_map_only(TracerTensor, lambda t: t.gp_meta, out)
 
     def mutate(self, func, info, args, kwargs):
         if info.functional is None and custom_ops.is_custom(func):

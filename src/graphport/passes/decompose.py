@@ -26,6 +26,7 @@ from ..program import ExportedProgram, ModuleCallEntry
 from ..signature import (ConstantArgument, ExportGraphSignature, InputKind, InputSpec, OutputSpec, SymBoolArgument,
                          SymFloatArgument, SymIntArgument, TensorArgument)
 from .._gc import cycle_collection_paused
+from .lowering_sizes import unproven_small_size
 from .metadata import finish_metadata
 from .verifier import verify
 
@@ -47,8 +48,17 @@ def run_decompositions(ep: ExportedProgram, decomp_table: dict[Any, Callable] | 
     named = frozenset(arg.name for entry in ep.module_call_graph if entry.signature is not None
                       for arg in entry.signature.inputs + entry.signature.outputs
                       if not isinstance(arg, ConstantArgument))
-    with _no_new_shape_facts(env):
-        replayed = replay(ep.graph_module, TablePolicy(table), _replay_inputs(ep, env, named))
+    policy = TablePolicy(table)
+
+    def lower_again(program: fx.GraphModule, pinned_env) -> tuple:
+        again = replay(program, policy, _replay_inputs(ep, pinned_env, named))
+        return again.graph_module.graph, again.constant_values
+
+    def unproven(grown: list) -> str | None:
+        return unproven_small_size(ep, env, grown, replayed.graph_module.graph, replayed.constant_values, lower_again)
+
+    with _no_new_shape_facts(env, unproven):
+        replayed = replay(ep.graph_module, policy, _replay_inputs(ep, env, named))
     graph = replayed.graph_module.graph
     input_specs = list(ep.graph_signature.input_specs)
     first_user = next((i for i, s in enumerate(input_specs) if s.kind is InputKind.USER_INPUT), len(input_specs))
@@ -117,11 +127,12 @@ def _shape_env(graph: fx.Graph):
 
 
 @contextlib.contextmanager
-def _no_new_shape_facts(env):
+def _no_new_shape_facts(env, unproven: Callable[[list], str | None]):
     """The lowered program keeps the original's shape contract, so its decompositions must
-    not need a fact about sizes beyond the capture's: a new guard, or an assumption that a
-    size is larger than the capture assumed. The environment is restored either way, so
-    the original program is left as it was."""
+    not need a fact about sizes beyond the capture's: no new guard; an assumption that a
+    size is larger than the capture assumed only where the lowering is proven at the sizes
+    below it that the program accepts (`unproven(grown)` says which is not, if any). The
+    environment is restored either way, so the original program is left as it was."""
     if env is None:
         yield
         return
@@ -138,11 +149,12 @@ def _no_new_shape_facts(env):
                 "with, so its shape checks would no longer cover it", location=new[0].location,
                 fix="keep that operator whole: delete it from the decomposition table "
                     "(table = graphport.default_decompositions(); del table[op])")
-        if grown:
+        why = unproven(grown) if grown else None
+        if why is not None:
             sym, least = grown[0]
             raise UnsupportedFeatureError(
-                f"a decomposition assumes {env.symbols[sym].dim_name} >= {least}, which the program was not "
-                "proven for", location=env.assumption_sites.get(sym),
+                f"a decomposition assumes {env.symbols[sym].dim_name} >= {least}, and the lowered program is not "
+                f"valid at a smaller size the program accepts ({why})", location=env.assumption_sites.get(sym),
                 fix="keep that operator whole (delete it from the decomposition table), or export with "
                     f"Dim min={least}")
     finally:

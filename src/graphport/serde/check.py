@@ -32,8 +32,18 @@ def check_graph(gm: fx.GraphModule, env: ShapeEnv | None) -> None:
     """`env`: the program's shape environment, if it has symbols (torch's Python meta
     kernels handle them)."""
     data_dependent = set(env.unbacked.infos) if env is not None else set()
-    with capture_environment(None, symbolic=env is not None):
-        _check(gm, MetaCache(), _Introduced(data_dependent))
+    # torch's meta kernels may reason as if sizes were >= 2 where capture did not need to:
+    # that is a check of consistency, not the program's assumptions, which the archive records
+    assumed = (dict(env.assumed_min), dict(env.assumption_sites)) if env is not None else None
+    try:
+        with capture_environment(None, symbolic=env is not None):
+            _check(gm, MetaCache(), _Introduced(data_dependent))
+    finally:
+        if env is not None:
+            env.assumed_min.clear()
+            env.assumed_min.update(assumed[0])
+            env.assumption_sites.clear()
+            env.assumption_sites.update(assumed[1])
 
 
 class _Introduced:

@@ -150,6 +150,20 @@ class ShapeEnv:
             found = self._arith[key] = fn(a, b)
         return found
 
+    def extremum(self, largest: bool, a: sympy.Expr, b: sympy.Expr) -> sympy.Expr:
+        """max(a, b) (or min) exactly: the argument the declared ranges prove the larger (the
+        smaller), else an unevaluated Max (Min). Not sympy.Max's own evaluation: it asks sympy's
+        assumption system, which costs milliseconds per new pair of expressions (strides ask
+        max(size, 1) of every size). No assumption about small sizes is made here."""
+        if a == b:
+            return a
+        if a.is_Number and b.is_Number:
+            return max(a, b) if largest else min(a, b)
+        a_is_larger = self._cached_decide(sympy.Ge(a, b, evaluate=False), 0)
+        if a_is_larger is None:
+            return sympy.Max(a, b, evaluate=False) if largest else sympy.Min(a, b, evaluate=False)
+        return a if a_is_larger == largest else b
+
     def hint_of(self, expr: sympy.Basic):
         """The value at the example sizes (no guard): an int, float or bool."""
         value = sympy.sympify(self.simplify(expr))

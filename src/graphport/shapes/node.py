@@ -57,6 +57,7 @@ _SYMPY_ARITH = {
     "add": operator.add, "sub": operator.sub, "mul": operator.mul,
     "mod": lambda a, b: Mod(a, b), "sym_max": sympy.Max, "sym_min": sympy.Min,
 }
+_EXTREMA = frozenset({"sym_max", "sym_min"})
 _REL = {"eq": sympy.Eq, "ne": sympy.Ne, "lt": sympy.Lt, "le": sympy.Le, "gt": sympy.Gt, "ge": sympy.Ge}
 # Unevaluated: sympy's own evaluation is slow, and the env decides relations anyway.
 _UNEVALUATED_REL = {op: functools.partial(fn, evaluate=False) for op, fn in _REL.items()}
@@ -212,6 +213,8 @@ class SymNode:
         pytype = float if float in (self.pytype, other.pytype) else int
         a, b = self.expr, other.expr
         if pytype is int and self._pure(other):
+            if op in _EXTREMA:
+                return self._new(self.env.extremum(op == "sym_max", a, b), int)
             return self._new(self.env.memo(_SYMPY_ARITH[op], a, b), int)
         exact = self.exact and other.exact
         expr = None if a.has(Opaque) or b.has(Opaque) else _SYMPY_ARITH[op](a, b)

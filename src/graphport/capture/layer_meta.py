@@ -1,0 +1,125 @@
+"""Output metadata of normalization layers and `linear` on symbolic sizes, in closed form.
+
+torch computes these with Python decompositions that ask dozens of size questions per
+call (broadcasting the statistics, type promotion, the strides of every intermediate).
+For the common call (a row-major input, parameters of the expected shapes) the answer is
+known at every size: each output is a new row-major tensor whose shape follows the input.
+
+- `native_layer_norm`: the output has the input's shape; the mean and rstd have the
+  input's leading shape followed by ones (they are reductions with keepdim, and torch
+  makes reduction results row-major).
+- batch norm (`_native_batch_norm_legit*`): the output is the input's elementwise
+  normalization by per-channel statistics broadcast as [1, C, 1, ...], so it has the
+  input's shape and, for a row-major input, row-major strides (see pointwise_meta); the
+  saved statistics and updated running stats have per-channel shapes, which need a static
+  channel count.
+- `linear`: a fresh matrix product viewed to the input's leading shape (the bias added
+  elementwise), row-major at every size.
+
+dtypes (and the statistics' static shapes) are read from the operator run on tiny tensors
+of the same dtypes and static sizes, which also raises eager's error for a call eager
+rejects. Anything outside these conditions returns None and takes torch's path.
+"""
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import torch
+
+from .. import _torch
+from .pointwise_meta import contiguous, same_size, symbolic_sizes
+
+aten = torch.ops.aten
+
+# Operators whose meta kernel in torch is a Python decomposition into ATen operators:
+# running that same decomposition on the tracers gives the same metadata, and its
+# pointwise pieces take the closed forms (pointwise_meta.py) instead of torch's reference code.
+META_BY_DECOMPOSITION = {op: _torch.decomposition_table()[op] for op in (
+    aten._native_batch_norm_legit_no_training.default, aten._native_batch_norm_legit.default,
+    aten._native_batch_norm_legit.no_stats, aten._native_batch_norm_legit_functional.default,
+    aten.native_layer_norm.default, aten.native_group_norm.default, aten.var_mean.correction, aten.mean.dim,
+    aten._safe_softmax.default, aten._log_softmax.default, aten.addmm.default)}
+
+_PROBES: dict = {}
+
+
+def layer_meta(func, args: tuple, kwargs: dict) -> Any:
+    """Output meta tensor(s) of a call to one of the operators above, or None."""
+    rule = _RULES.get(func)
+    if rule is None or kwargs or not symbolic_sizes([a for a in args if isinstance(a, torch.Tensor)]):
+        return None
+    return rule(func, *args)
+
+
+def _layer_norm(func, x, normalized_shape, weight, bias, eps):
+    k = len(normalized_shape)
+    lead = x.dim() - k
+    if lead < 0 or not contiguous(x) or any(isinstance(s, torch.SymInt) for s in normalized_shape):
+        return None
+    if not all(same_size(a, b) for a, b in zip(x.shape[lead:], normalized_shape)):
+        return None
+    if not all(p is None or (tuple(p.shape) == tuple(normalized_shape) and contiguous(p)) for p in (weight, bias)):
+        return None
+    dtypes = _probe(func, (_tiny(x), list(normalized_shape), _tiny(weight), _tiny(bias), eps))
+    stat_shape = (*x.shape[:lead], *([1] * k))
+    return (_new(x.shape, dtypes[0][0]), _new(stat_shape, dtypes[1][0]), _new(stat_shape, dtypes[2][0]))
+
+
+def _batch_norm(func, x, *rest):
+    """Every variant: the first output input-shaped, the others per channel."""
+    if x.dim() < 2 or isinstance(x.shape[1], torch.SymInt) or not contiguous(x):
+        return None
+    channels = x.shape[1]
+    tensors = [a for a in rest if isinstance(a, torch.Tensor)]
+    if not all(tuple(t.shape) == (channels,) and contiguous(t) for t in tensors):
+        return None
+    outputs = _probe(func, (_tiny(x), *(_tiny(a) for a in rest)))
+    (dtype, _), *stats = outputs
+    return (_new(x.shape, dtype), *(_new(shape, dt) for dt, shape in stats))
+
+
+def _linear(func, x, weight, bias=None):
+    if x.dim() < 1 or weight.dim() != 2 or not contiguous(x) or not contiguous(weight):
+        return None
+    if any(isinstance(s, torch.SymInt) for s in weight.shape) or not same_size(x.shape[-1], weight.shape[1]):
+        return None
+    if bias is not None and (tuple(bias.shape) != (weight.shape[0],) or not contiguous(bias)):
+        return None
+    dtype = _probe(func, (_tiny(x), _tiny(weight), _tiny(bias)))[0][0]
+    return _new((*x.shape[:-1], weight.shape[0]), dtype)
+
+
+_RULES: dict[Any, Callable] = {
+    aten.native_layer_norm.default: _layer_norm,
+    aten._native_batch_norm_legit_no_training.default: _batch_norm,
+    aten._native_batch_norm_legit.default: _batch_norm,
+    aten._native_batch_norm_legit.no_stats: _batch_norm,
+    aten._native_batch_norm_legit_functional.default: _batch_norm,
+    aten.linear.default: _linear,
+}
+
+
+def _new(shape, dtype: torch.dtype) -> torch.Tensor:
+    return torch.empty(tuple(shape), dtype=dtype, device="meta")
+
+
+def _tiny(value):
+    """A meta tensor of the same dtype with every symbolic size 2 (static sizes kept: the
+    statistics' shapes and the operator's checks read them; 1 would make batch norm's
+    unbiased variance divide by zero)."""
+    if not isinstance(value, torch.Tensor):
+        return value
+    return torch.empty(tuple(2 if isinstance(s, torch.SymInt) else s for s in value.shape), dtype=value.dtype,
+                       device="meta")
+
+
+def _probe(func, tiny_args: tuple) -> list[tuple[torch.dtype, tuple]]:
+    """(dtype, shape) of each output of `func` on tiny arguments, cached per signature."""
+    key = (func, tuple((a.dtype, tuple(a.shape)) if isinstance(a, torch.Tensor) else
+                       (tuple(a) if isinstance(a, list) else a) for a in tiny_args))
+    found = _PROBES.get(key)
+    if found is None:
+        out = func(*tiny_args)
+        outputs = out if isinstance(out, (tuple, list)) else (out,)
+        found = _PROBES[key] = [(t.dtype, tuple(t.shape)) for t in outputs]
+    return found

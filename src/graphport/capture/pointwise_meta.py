@@ -1,0 +1,153 @@
+"""Output metadata of pointwise operators on symbolic sizes, without torch's Python meta.
+
+With symbolic sizes, torch computes a pointwise operator's output metadata in Python (its
+reference implementation: broadcasting, type promotion and the stride permutation of
+TensorIterator), asking a hundred size questions for an `add`. Most pointwise calls in
+models are simple: operands contiguous in their own shapes, broadcasting only where a
+size is literally 1 or absent. For those the answer is known in closed form, and valid at
+every size, so no question needs asking:
+
+- shape: the broadcast of the operands' shapes, where each dimension's sizes are the same
+  expression or the constant 1 (any other pair, such as `s0` against `5`, is left to
+  torch, which guards or raises);
+- strides: contiguous. TensorIterator orders dimensions by the operands' strides, skipping
+  broadcast (zero) strides; when every operand is contiguous in its own shape, no pair of
+  dimensions is ever out of row-major order, so the output is row-major whatever the sizes,
+  1 included (torch's reference returns the identity permutation for the same reason);
+- dtype: type promotion depends on dtypes and on which operands are 0-dim, not on sizes,
+  so it is read from the operator itself run on tiny tensors of the same dtypes and ranks
+  (which also raises eager's error for a call eager rejects), cached per signature.
+
+The operators are listed by name: each computes its output with broadcasting over all its
+tensor operands (TensorIterator), so the rule above is its rule. Anything else returns
+None and takes torch's path.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+aten = torch.ops.aten
+
+# Broadcasting TensorIterator operators, by overload packet.
+_BROADCASTING = frozenset(getattr(aten, name) for name in (
+    "abs", "neg", "exp", "exp2", "log", "log2", "log1p", "expm1", "sqrt", "rsqrt", "reciprocal", "sin", "cos",
+    "tan", "tanh", "sigmoid", "erf", "erfc", "relu", "gelu", "silu", "mish", "hardtanh", "hardswish",
+    "hardsigmoid", "leaky_relu", "elu", "softplus", "clamp", "clamp_min", "clamp_max", "sign", "floor", "ceil",
+    "trunc", "frac", "logical_not", "bitwise_not", "isnan", "nan_to_num", "square",
+    "add", "sub", "rsub", "mul", "div", "remainder", "fmod", "pow", "maximum", "minimum", "eq", "ne", "lt",
+    "le", "gt", "ge", "bitwise_and", "bitwise_or", "bitwise_xor", "logical_and", "logical_or", "logical_xor",
+    "atan2", "where", "lerp", "addcmul", "addcdiv", "threshold", "copysign", "hypot", "xlogy", "sgn"))
+
+_PROBES: dict = {}
+
+
+def pointwise_meta(func, args: tuple, kwargs: dict) -> torch.Tensor | None:
+    """The output meta tensor of a broadcasting pointwise call on meta tensors, or None
+    when the call is not of the simple kind described above."""
+    if func.overloadpacket not in _BROADCASTING or len(func._schema.returns) != 1 or func._schema.is_mutable:
+        return None
+    tensors = [a for a in (*args, *kwargs.values()) if isinstance(a, torch.Tensor)]
+    if not tensors or any(isinstance(a, (list, tuple)) for a in (*args, *kwargs.values())):
+        return None
+    if not symbolic_sizes(tensors):
+        return None
+    shape = _broadcast([tuple(t.shape) for t in tensors])
+    if shape is None or not all(contiguous(t) for t in tensors):
+        return None
+    dtype = _result_dtype(func, args, kwargs)
+    return torch.empty(shape, dtype=dtype, device="meta")
+
+
+def symbolic_sizes(tensors) -> bool:
+    """Whether the closed forms are for these tensors: some size symbolic (static sizes run
+    torch's C++ kernels, faster), none data-dependent (a new tensor with such a size asks
+    questions only torch's path knows how to avoid)."""
+    sizes = [s for t in tensors for s in (*t.shape, *t.stride()) if isinstance(s, torch.SymInt)]
+    return bool(sizes) and all(s.node.has_hint() for s in sizes)
+
+
+def _broadcast(shapes: list[tuple]) -> tuple | None:
+    rank = max(len(s) for s in shapes)
+    out = []
+    for d in range(-rank, 0):
+        size: Any = 1
+        for s in shapes:
+            if -d > len(s):
+                continue
+            here = s[d]
+            if _is_one(here) or same_size(here, size):
+                continue
+            if not _is_one(size):
+                return None
+            size = here
+        out.append(size)
+    return tuple(out)
+
+
+def _is_one(size) -> bool:
+    return type(size) is int and size == 1
+
+
+def same_size(a, b) -> bool:
+    """The same size at every point of the ranges: equal expressions (no question asked)."""
+    if isinstance(a, torch.SymInt) and isinstance(b, torch.SymInt):
+        return a.node.expr == b.node.expr
+    return type(a) is int and type(b) is int and a == b
+
+
+def contiguous(t: torch.Tensor) -> bool:
+    """Row-major strides, a size-1 dimension's stride included (a kernel may read it).
+    torch lays out a new tensor with `max(size, 1)` in the products, graphport's inputs with
+    the sizes themselves: the two differ only when a size is 0, where the tensor has no
+    elements and every layout is contiguous, so both are accepted."""
+    plain: Any = 1
+    clamped: Any = 1
+    for size, stride in zip(reversed(t.shape), reversed(t.stride())):
+        if not same_size(stride, plain) and not same_size(stride, clamped):
+            return False
+        plain, clamped = _times(plain, size), _times(clamped, torch.sym_max(size, 1) if isinstance(size, torch.SymInt)
+                                                    else max(size, 1))
+    return same_size(t.storage_offset(), 0)
+
+
+def _times(a, b):
+    product = a * b
+    if isinstance(product, torch.SymInt) and product.node.expr.is_Integer:
+        return int(product.node.expr)
+    return product
+
+
+def _result_dtype(func, args: tuple, kwargs: dict) -> torch.dtype:
+    key = (func, _signature(args), _signature(tuple(kwargs.items())))
+    found = _PROBES.get(key)
+    if found is None:
+        small = [_tiny(a) for a in args]
+        out = func(*small, **{k: _tiny(v) for k, v in kwargs.items()})
+        found = _PROBES[key] = out.dtype
+    return found
+
+
+def _tiny(value):
+    if isinstance(value, torch.Tensor):
+        return torch.empty((1,) * value.dim(), dtype=value.dtype, device="meta")
+    if isinstance(value, torch.SymInt):
+        return 2
+    if isinstance(value, torch.SymFloat):
+        return 2.0
+    return value
+
+
+def _signature(values) -> tuple:
+    parts = []
+    for v in values:
+        if isinstance(v, tuple):
+            parts.append(_signature(v))
+        elif isinstance(v, torch.Tensor):
+            parts.append(("T", v.dtype, v.dim()))
+        elif isinstance(v, (torch.SymInt, torch.SymFloat, torch.SymBool)):
+            parts.append(("S", type(v)))
+        else:
+            parts.append((type(v), v))
+    return tuple(parts)

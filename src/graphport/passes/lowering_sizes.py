@@ -1,0 +1,99 @@
+"""Small sizes of a lowered program: proven by lowering the program again at those sizes.
+
+A decomposition may reason as if a dynamic size were at least 2 (a broadcast or a layout
+question) where the program's own capture did not need to, so the lowered graph is not yet
+known to be valid at the small sizes the program accepts. As export does for the program
+(passes/small_sizes.py), the lowering is made again with the symbol pinned to each such
+size, replaying the program's graph with its inputs' sizes pinned, and the two lowered graphs are
+compared modulo the pin. Where they agree, the lowered program is valid there.
+"""
+from __future__ import annotations
+
+import contextlib
+from typing import Callable, Iterator
+
+import sympy
+import torch
+import torch.fx as fx
+
+from ..shapes.env import ShapeEnv
+from ..shapes.node import symint
+from ..shapes.spec import InputShapes
+from ..signature import InputKind
+from .small_sizes import prove_small_sizes
+
+
+def unproven_small_size(ep, env: ShapeEnv, grown: list[tuple[sympy.Symbol, int]], lowered: fx.Graph,
+                        constants: dict, lower_again: Callable[[fx.GraphModule, ShapeEnv], tuple]) -> str | None:
+    """None if the lowered graph is valid at every size the program accepts below what the
+    lowering assumed (`grown`: symbol -> that size); else which size is not, and why.
+    `lower_again(program, env)` lowers a copy of the program whose inputs have pinned sizes."""
+    if any(n.op == "get_attr" for n in ep.graph.nodes) or env.unbacked.infos:
+        return "the program has control flow or data-dependent sizes, whose lowering is not traced again"
+    user = [s.arg.name for s in ep.graph_signature.input_specs if s.kind is InputKind.USER_INPUT]
+    shapes = _input_shapes(ep.graph, user, env)
+
+    def retrace(pinned: InputShapes, locations: bool = True):
+        with _inputs_pinned(ep.graph_module, user, pinned) as program:
+            return lower_again(program, pinned.env)
+
+    report = prove_small_sizes(retrace, shapes, lowered, constants)
+    contract = ep.shape_contract.symbols if ep.shape_contract is not None else {}
+    for sym, least in grown:
+        info = env.symbols[sym]
+        fact = contract.get(sym)
+        lowest = max(info.declared.lower, fact.valid_from if fact is not None and fact.valid_from is not None else 0)
+        for size in range(least - 1, lowest - 1, -1):
+            if size not in report.valid.get(sym, []):
+                refusal = report.refused.get((sym, size))
+                why = refusal.reason if refusal is not None else "the lowering was not traced there"
+                return f"{info.dim_name} = {size}: {why}"
+    if report.exclusions:
+        pins = ", ".join(f"{env.symbols[s].dim_name} = {v}" for s, v in report.exclusions[0].items())
+        return f"{pins} together: the lowered program computes something else there"
+    return None
+
+
+def _input_shapes(graph: fx.Graph, user: list[str], env: ShapeEnv) -> InputShapes:
+    """The program's user inputs as the small-size proof reads them: sizes by flat input."""
+    placeholders = {n.name: n for n in graph.nodes if n.op == "placeholder"}
+    sizes: dict[int, list] = {}
+    scalars: dict[int, sympy.Expr] = {}
+    for i, name in enumerate(user):
+        val = placeholders[name].meta.get("val")
+        if isinstance(val, torch.Tensor):
+            sizes[i] = [s.node.expr if isinstance(s, torch.SymInt) else s for s in val.shape]
+        elif isinstance(val, torch.SymInt):
+            scalars[i] = val.node.expr
+    return InputShapes(env, sizes, scalars=scalars)
+
+
+@contextlib.contextmanager
+def _inputs_pinned(gm: fx.GraphModule, user: list[str], pinned: InputShapes) -> Iterator[fx.GraphModule]:
+    """The program with its user inputs' recorded values at the pinned sizes (laid out in the
+    same stride order), restored on exit. Only the inputs change: a replay recomputes every
+    other node from its arguments."""
+    by_name = {n.name: n for n in gm.graph.nodes if n.op == "placeholder"}
+    saved = {name: by_name[name].meta.get("val") for name in user}
+    try:
+        for i, name in enumerate(user):
+            val = saved[name]
+            if isinstance(val, torch.Tensor) and i in pinned.sizes:
+                by_name[name].meta["val"] = _laid_out_like(val, pinned.sizes[i], pinned.env)
+            elif isinstance(val, torch.SymInt) and i in pinned.scalars:
+                by_name[name].meta["val"] = symint(pinned.scalars[i], pinned.env)
+        yield gm
+    finally:
+        for name, val in saved.items():
+            by_name[name].meta["val"] = val
+
+
+def _laid_out_like(val: torch.Tensor, sizes: list, env: ShapeEnv) -> torch.Tensor:
+    hinted = [s.node.hint if isinstance(s, torch.SymInt) else s for s in val.stride()]
+    sym_sizes = [symint(s, env) if isinstance(s, sympy.Basic) else s for s in sizes]
+    strides: list = [0] * val.dim()
+    step = 1
+    for d in sorted(range(val.dim()), key=lambda d: (hinted[d], -d)):
+        strides[d] = step
+        step = step * sym_sizes[d]
+    return torch.empty_strided(sym_sizes, strides, dtype=val.dtype, device="meta")

@@ -1,0 +1,213 @@
+"""The closed-form metadata of pointwise ops, normalization layers and linear (capture/
+pointwise_meta.py, layer_meta.py) against eager: the symbolic shape and strides the closed
+form gives, evaluated at concrete sizes (0, 1 and larger), must be eager's at those sizes."""
+import itertools
+
+import pytest
+import sympy
+import torch
+
+from graphport.capture.layer_meta import layer_meta
+from graphport.capture.pointwise_meta import pointwise_meta
+from graphport.shapes.env import ShapeEnv
+from graphport.shapes.expr import ValueRange
+from graphport.shapes.node import symint
+
+aten = torch.ops.aten
+SIZES = (0, 1, 2, 3)
+
+
+def _env(lower: int):
+    env = ShapeEnv()
+    syms = [env.create_symbol(4 + i, ValueRange(lower, 64), f"d{i}", (0, i)) for i in range(3)]
+    return env, syms
+
+
+def _meta(shape, env, dtype=torch.float32, clamp: bool = False):
+    """A row-major meta tensor; `clamp`: strides as torch lays out a new tensor (max(size, 1))."""
+    sizes = [symint(s, env) if isinstance(s, sympy.Basic) else s for s in shape]
+    if clamp:
+        return torch.empty(sizes, dtype=dtype, device="meta")
+    strides, step = [], 1
+    for s in reversed(sizes):
+        strides.insert(0, step)
+        step = step * s
+    return torch.empty_strided(sizes, strides, dtype=dtype, device="meta")
+
+
+def _at(value, values: dict) -> int:
+    if isinstance(value, torch.SymInt):
+        return int(value.node.expr.xreplace(values))
+    return value
+
+
+def _real(shape, values, dtype=torch.float32):
+    concrete = [int(s.xreplace(values)) if isinstance(s, sympy.Basic) else s for s in shape]
+    if dtype == torch.bool:
+        return torch.rand(concrete) > 0.5
+    return torch.randn(concrete).to(dtype)
+
+
+def _check_against_eager(out_meta, eager_out, values):
+    metas = out_meta if isinstance(out_meta, tuple) else (out_meta,)
+    eagers = eager_out if isinstance(eager_out, tuple) else (eager_out,)
+    assert len(metas) == len(eagers)
+    for m, e in zip(metas, eagers):
+        assert m.dtype == e.dtype
+        assert [_at(s, values) for s in m.shape] == list(e.shape)
+        if e.numel() > 0:   # strides of an empty tensor, or of a size-1 dimension, address nothing
+            strides = [_at(s, values) for s in m.stride()]
+            assert [a for a, n in zip(strides, e.shape) if n != 1] == [b for b, n in zip(e.stride(), e.shape) if n != 1]
+
+
+def _points(syms, count):
+    return [dict(zip(syms[:count], combo)) for combo in itertools.product(SIZES, repeat=count)]
+
+
+POINTWISE = [
+    ("add", lambda a, b: aten.add.Tensor(a, b), [("x", "x"), ("x", "c"), ("x", "1c"), ("x", "0d")]),
+    ("mul", lambda a, b: aten.mul.Tensor(a, b), [("x", "x"), ("x", "c")]),
+    ("sub alpha", lambda a, b: aten.sub.Tensor(a, b, alpha=2), [("x", "x")]),
+    ("div", lambda a, b: aten.div.Tensor(a, b), [("x", "c")]),
+    ("where", lambda a, b: aten.where.self(aten.gt.Scalar(a, 0), a, b), [("x", "x")]),
+    ("gelu", lambda a, b: aten.gelu.default(a, approximate="tanh"), [("x", None)]),
+    ("relu", lambda a, b: aten.relu.default(a), [("x", None)]),
+    ("hardtanh", lambda a, b: aten.hardtanh.default(a, 0.0, 6.0), [("x", None)]),
+    ("eq", lambda a, b: aten.eq.Tensor(a, b), [("x", "x")]),
+    ("pow scalar", lambda a, b: aten.pow.Tensor_Scalar(a, 2), [("x", None)]),
+    ("add int to float", lambda a, b: aten.add.Tensor(a, b), [("x", "xi")]),
+]
+
+
+def _operand(kind, syms, env, values=None):
+    shape = {"x": (syms[0], 5, syms[1]), "xi": (syms[0], 5, syms[1]), "c": (syms[1],), "1c": (1, 5, syms[1]),
+             "0d": ()}[kind]
+    dtype = torch.int64 if kind == "xi" else torch.float32
+    return shape, dtype
+
+
+@pytest.mark.parametrize("lower", [0, 2])
+@pytest.mark.parametrize("name,fn,cases", POINTWISE, ids=[p[0] for p in POINTWISE])
+def test_pointwise_closed_form_is_eager_at_every_size(lower, name, fn, cases):
+    env, syms = _env(lower)
+    for a_kind, b_kind in cases:
+        specs = [_operand(k, syms, env) for k in (a_kind, b_kind) if k is not None]
+        metas = [_meta(shape, env, dtype) for shape, dtype in specs]
+        captured = {}
+
+        def record(func, args, kwargs):
+            out = pointwise_meta(func, args, kwargs)
+            captured.setdefault("hits", []).append(out is not None)
+            return out if out is not None else func(*args, **kwargs)
+
+        out_meta = _call(fn, metas, record)
+        assert captured["hits"][-1], f"{name} {a_kind},{b_kind}: the closed form should apply"
+        for values in _points(syms, 2):
+            if any(v < lower for v in values.values()):
+                continue
+            reals = [_real(shape, values, dtype) for shape, dtype in specs]
+            _check_against_eager(out_meta, fn(*reals, *([None] * (2 - len(reals)))), values)
+
+
+def _call(fn, metas, record):
+    """Run `fn` on meta tensors, each ATen call through `record` (a dispatch mode)."""
+    class Mode(torch.utils._python_dispatch.TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            return record(func, args, kwargs or {})
+    with Mode():
+        return fn(*metas, *([None] * (2 - len(metas))))
+
+
+def test_pointwise_declines_what_it_cannot_decide():
+    env, syms = _env(2)
+    x = _meta((syms[0], 4), env)
+    y = _meta((syms[1], 4), env)   # s0 against s1: broadcasting depends on the sizes
+    assert pointwise_meta(aten.add.Tensor, (x, y), {}) is None
+    t = x.t()   # not row-major
+    assert pointwise_meta(aten.relu.default, (t,), {}) is None
+    static = torch.empty(3, 4, device="meta")
+    assert pointwise_meta(aten.relu.default, (static,), {}) is None   # static sizes: torch's kernel is faster
+
+
+LAYERS = [
+    ("layer_norm", aten.native_layer_norm.default,
+     lambda x, env, s: (x, [8], torch.randn(8), torch.randn(8), 1e-5), ("b", "t", 8)),
+    ("layer_norm no affine", aten.native_layer_norm.default,
+     lambda x, env, s: (x, [8], None, None, 1e-5), ("b", "t", 8)),
+    ("batch_norm eval", aten._native_batch_norm_legit_no_training.default,
+     lambda x, env, s: (x, torch.randn(3), torch.randn(3), torch.randn(3), torch.rand(3) + 0.5, 0.1, 1e-5),
+     ("b", 3, "t", "t")),
+    ("batch_norm train", aten._native_batch_norm_legit_functional.default,
+     lambda x, env, s: (x, torch.randn(3), torch.randn(3), torch.randn(3), torch.rand(3) + 0.5, True, 0.1, 1e-5),
+     ("b", 3, "t")),
+    ("batch_norm no stats", aten._native_batch_norm_legit.no_stats,
+     lambda x, env, s: (x, torch.randn(3), torch.randn(3), True, 0.1, 1e-5), ("b", 3, "t")),
+    ("linear", aten.linear.default, lambda x, env, s: (x, torch.randn(6, 8), torch.randn(6)), ("b", "t", 8)),
+    ("linear 2d no bias", aten.linear.default, lambda x, env, s: (x, torch.randn(6, 8), None), ("b", 8)),
+]
+
+
+@pytest.mark.parametrize("lower", [0, 2])
+@pytest.mark.parametrize("name,func,make_args,shape", LAYERS, ids=[p[0] for p in LAYERS])
+def test_layer_closed_form_is_eager_at_every_size(lower, name, func, make_args, shape):
+    env, syms = _env(lower)
+    names = {"b": syms[0], "t": syms[1]}
+    sym_shape = tuple(names.get(s, s) for s in shape)
+    x = _meta(sym_shape, env)
+    args = make_args(x, env, syms)
+    meta_args = tuple(a.to("meta") if isinstance(a, torch.Tensor) and a.device.type != "meta" else a for a in args)
+    out = layer_meta(func, meta_args, {})
+    assert out is not None, f"{name}: the closed form should apply"
+    for values in _points(syms, 2):
+        if any(v < lower for v in values.values()):
+            continue
+        real_args = (_real(sym_shape, values), *args[1:])
+        # torch's meta kernel at that size for every output (the path the closed form replaces;
+        # eager's CPU kernel leaves unused batch-norm statistics empty), eager for the result
+        try:
+            eager = func(*real_args)
+            at_size = func(*(a.to("meta") if isinstance(a, torch.Tensor) else a for a in real_args))
+        except (RuntimeError, ZeroDivisionError):
+            continue   # torch rejects that size (batch norm's unbiased variance of one value per channel)
+        _check_against_eager(out, tuple(at_size) if isinstance(at_size, (tuple, list)) else at_size, values)
+        _check_against_eager(out[0] if isinstance(out, tuple) else out, eager[0] if isinstance(eager, tuple) else eager,
+                             values)
+
+
+def test_layer_norm_declines_a_transposed_input():
+    env, syms = _env(2)
+    x = _meta((8, syms[0]), env).t()
+    assert layer_meta(aten.native_layer_norm.default, (x, [8], None, None, 1e-5), {}) is None
+
+
+def _decomposition_cases():
+    m = lambda *shape: torch.empty(shape, device="meta")  # noqa: E731
+    x, c, y = m(2, 3, 4, 5), m(3), m(2, 6, 8)
+    return {
+        aten._native_batch_norm_legit_no_training.default: (x, c, c, c, c, 0.1, 1e-5),
+        aten._native_batch_norm_legit.default: (x, c, c, m(3), m(3), True, 0.1, 1e-5),
+        aten._native_batch_norm_legit.no_stats: (x, c, c, True, 0.1, 1e-5),
+        aten._native_batch_norm_legit_functional.default: (x, c, c, m(3), m(3), True, 0.1, 1e-5),
+        aten.native_layer_norm.default: (y, [8], m(8), m(8), 1e-5),
+        aten.native_group_norm.default: (m(2, 6, 5), m(6), m(6), 2, 6, 5, 3, 1e-5),
+        aten.var_mean.correction: (y, [2]),
+        aten.mean.dim: (y, [1], True),
+        aten._safe_softmax.default: (y, -1),
+        aten._log_softmax.default: (y, -1, False),
+        aten.addmm.default: (m(8), m(6, 4), m(4, 8)),
+    }
+
+
+def test_ops_computed_by_decomposition_are_those_whose_meta_is_that_decomposition():
+    """META_BY_DECOMPOSITION lists operators whose meta kernel is the decomposition itself:
+    the two give the same metadata (an operator with a meta kernel of its own, `_softmax`,
+    would not be listed)."""
+    from graphport.capture.layer_meta import META_BY_DECOMPOSITION
+    cases = _decomposition_cases()
+    assert set(cases) == set(META_BY_DECOMPOSITION)
+    for op, args in cases.items():
+        kwargs = {"correction": 1, "keepdim": True} if op is aten.var_mean.correction else {}
+        expected, got = op(*args, **kwargs), META_BY_DECOMPOSITION[op](*args, **kwargs)
+        expected = expected if isinstance(expected, (tuple, list)) else (expected,)
+        got = got if isinstance(got, (tuple, list)) else (got,)
+        assert [(t.shape, t.stride(), t.dtype) for t in got] == [(t.shape, t.stride(), t.dtype) for t in expected], op
