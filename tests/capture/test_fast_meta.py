@@ -123,8 +123,8 @@ def test_pointwise_declines_what_it_cannot_decide():
     x = _meta((syms[0], 4), env)
     y = _meta((syms[1], 4), env)   # s0 against s1: broadcasting depends on the sizes
     assert pointwise_meta(aten.add.Tensor, (x, y), {}) is None
-    t = x.t()   # not row-major
-    assert pointwise_meta(aten.relu.default, (t,), {}) is None
+    gaps = torch.empty_strided((symint(syms[0], env), 4), (8, 1), device="meta")   # not dense
+    assert pointwise_meta(aten.relu.default, (gaps,), {}) is None
     static = torch.empty(3, 4, device="meta")
     assert pointwise_meta(aten.relu.default, (static,), {}) is None   # static sizes: torch's kernel is faster
 
@@ -211,3 +211,19 @@ def test_ops_computed_by_decomposition_are_those_whose_meta_is_that_decompositio
         expected = expected if isinstance(expected, (tuple, list)) else (expected,)
         got = got if isinstance(got, (tuple, list)) else (got,)
         assert [(t.shape, t.stride(), t.dtype) for t in got] == [(t.shape, t.stride(), t.dtype) for t in expected], op
+
+
+@pytest.mark.parametrize("lower", [0, 2])
+def test_pointwise_on_a_permuted_dense_layout_keeps_it(lower):
+    env, syms = _env(lower)
+    b, t = symint(syms[0], env), symint(syms[1], env)
+    x = torch.empty_strided((b, 3, t, 4), (t * 12, 4, 12, 1), device="meta")   # [b, t, 3, 4] permuted
+    out = pointwise_meta(aten.mul.Tensor, (x, x), {})
+    assert out is not None
+    for values in _points(syms, 2):
+        if any(v < lower for v in values.values()):
+            continue
+        real = _real((syms[0], syms[1], 3, 4), values).permute(0, 2, 1, 3)
+        _check_against_eager(out, real * real, values)
+    other = _meta((syms[0], 3, syms[1], 4), env)
+    assert pointwise_meta(aten.mul.Tensor, (x, other), {}) is None   # two layouts: torch decides

@@ -27,7 +27,7 @@ from typing import Any, Callable
 import torch
 
 from .. import _torch
-from .pointwise_meta import contiguous, same_size, symbolic_sizes
+from .pointwise_meta import contiguous, same_size, same_sizes, symbolic_sizes
 
 aten = torch.ops.aten
 
@@ -58,7 +58,7 @@ def _layer_norm(func, x, normalized_shape, weight, bias, eps):
         return None
     if not all(same_size(a, b) for a, b in zip(x.shape[lead:], normalized_shape)):
         return None
-    if not all(p is None or (tuple(p.shape) == tuple(normalized_shape) and contiguous(p)) for p in (weight, bias)):
+    if not all(p is None or (same_sizes(p.shape, normalized_shape) and contiguous(p)) for p in (weight, bias)):
         return None
     dtypes = _probe(func, (_tiny(x), list(normalized_shape), _tiny(weight), _tiny(bias), eps))
     stat_shape = (*x.shape[:lead], *([1] * k))
@@ -71,7 +71,7 @@ def _batch_norm(func, x, *rest):
         return None
     channels = x.shape[1]
     tensors = [a for a in rest if isinstance(a, torch.Tensor)]
-    if not all(tuple(t.shape) == (channels,) and contiguous(t) for t in tensors):
+    if not all(same_sizes(t.shape, (channels,)) and contiguous(t) for t in tensors):
         return None
     outputs = _probe(func, (_tiny(x), *(_tiny(a) for a in rest)))
     (dtype, _), *stats = outputs
@@ -83,7 +83,7 @@ def _linear(func, x, weight, bias=None):
         return None
     if any(isinstance(s, torch.SymInt) for s in weight.shape) or not same_size(x.shape[-1], weight.shape[1]):
         return None
-    if bias is not None and (tuple(bias.shape) != (weight.shape[0],) or not contiguous(bias)):
+    if bias is not None and (not same_sizes(bias.shape, (weight.shape[0],)) or not contiguous(bias)):
         return None
     dtype = _probe(func, (_tiny(x), _tiny(weight), _tiny(bias)))[0][0]
     return _new((*x.shape[:-1], weight.shape[0]), dtype)

@@ -54,10 +54,37 @@ def pointwise_meta(func, args: tuple, kwargs: dict) -> torch.Tensor | None:
     if not symbolic_sizes(tensors):
         return None
     shape = _broadcast([tuple(t.shape) for t in tensors])
-    if shape is None or not all(contiguous(t) for t in tensors):
+    if shape is None:
         return None
-    dtype = _result_dtype(func, args, kwargs)
-    return torch.empty(shape, dtype=dtype, device="meta")
+    if all(contiguous(t) for t in tensors):
+        return torch.empty(shape, dtype=_result_dtype(func, args, kwargs), device="meta")
+    strides = _shared_dense_strides([t for t in tensors if t.dim() > 0], shape)
+    if strides is None:
+        return None
+    return torch.empty_strided(shape, strides, dtype=_result_dtype(func, args, kwargs), device="meta")
+
+
+def _shared_dense_strides(tensors: list, shape: tuple) -> tuple | None:
+    """The operands' common strides, when they all have the output's shape and the same
+    strides, dense in some order (a transposed or permuted tensor): TensorIterator then
+    gives the output those strides (its non-overlapping-and-dense fast setup), as torch's
+    meta kernel does by sorting dimensions by stride. The order is found by matching each
+    stride to the product of the sizes inside it, with no question asked; an ambiguous
+    match (a size-1 dimension) declines."""
+    first = tensors[0]
+    strides = tuple(first.stride())
+    if any(not same_sizes(t.shape, shape) or not same_sizes(t.stride(), strides) for t in tensors) \
+            or not same_size(first.storage_offset(), 0):
+        return None
+    remaining = set(range(first.dim()))
+    expected: Any = 1
+    while remaining:
+        match = [d for d in remaining if same_size(strides[d], expected)]
+        if len(match) != 1:
+            return None
+        remaining.discard(match[0])
+        expected = _times(expected, shape[match[0]])
+    return strides
 
 
 def symbolic_sizes(tensors) -> bool:
@@ -95,6 +122,10 @@ def same_size(a, b) -> bool:
     if isinstance(a, torch.SymInt) and isinstance(b, torch.SymInt):
         return a.node.expr == b.node.expr
     return type(a) is int and type(b) is int and a == b
+
+
+def same_sizes(a, b) -> bool:
+    return len(a) == len(b) and all(map(same_size, a, b))
 
 
 def contiguous(t: torch.Tensor) -> bool:

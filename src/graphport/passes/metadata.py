@@ -34,7 +34,8 @@ class RuntimeValue(torch.Tensor):
     def __new__(cls, meta: torch.Tensor, device: torch.device):
         t = _torch.make_wrapper_subclass(
             cls, meta.size(), strides=meta.stride(), storage_offset=meta.storage_offset(),
-            dtype=meta.dtype, layout=meta.layout, device=device, requires_grad=meta.requires_grad)
+            dtype=meta.dtype, layout=meta.layout, device=device, requires_grad=meta.requires_grad,
+            storage_size=meta.untyped_storage().nbytes())   # given: torch would work it out again from symbolic sizes
         t.gp_meta = meta
         return t
 
