@@ -227,3 +227,36 @@ def test_pointwise_on_a_permuted_dense_layout_keeps_it(lower):
         _check_against_eager(out, real * real, values)
     other = _meta((syms[0], 3, syms[1], 4), env)
     assert pointwise_meta(aten.mul.Tensor, (x, other), {}) is None   # two layouts: torch decides
+
+
+MATMULS = [
+    ("batched", ("b", 4, "t", 8), ("b", 4, 8, "t")),
+    ("broadcast batch", ("b", 4, "t", 8), (1, 4, 8, 5)),
+    ("by a matrix", ("b", "t", 8), (8, 5)),
+    ("matrix by a batch", ("t", 8), ("b", 8, 5)),
+    ("matrices", ("b", 8), (8, "t")),
+]
+
+
+@pytest.mark.parametrize("lower", [0, 2])
+@pytest.mark.parametrize("name,a_shape,b_shape", MATMULS, ids=[m[0] for m in MATMULS])
+def test_matmul_closed_form_is_eager_at_every_size(lower, name, a_shape, b_shape):
+    env, syms = _env(lower)
+    names = {"b": syms[0], "t": syms[1]}
+    a_sym, b_sym = (tuple(names.get(s, s) for s in shape) for shape in (a_shape, b_shape))
+    out = layer_meta(aten.matmul.default, (_meta(a_sym, env), _meta(b_sym, env)), {})
+    assert out is not None
+    for values in _points(syms, 2):
+        if any(v < lower for v in values.values()):
+            continue
+        _check_against_eager(out, _real(a_sym, values) @ _real(b_sym, values), values)
+
+
+def test_linear_of_a_transposed_input_is_row_major():
+    env, syms = _env(0)
+    b, t = symint(syms[0], env), symint(syms[1], env)
+    x = torch.empty_strided((t, b, 8), (8, t * 8, 1), device="meta")   # [b, t, 8] transposed
+    out = layer_meta(aten.linear.default, (x, torch.empty(6, 8, device="meta"), None), {})
+    for values in _points(syms, 2):
+        real = _real((syms[0], syms[1], 8), values).transpose(0, 1)
+        _check_against_eager(out, torch.nn.functional.linear(real, torch.randn(6, 8)), values)

@@ -13,8 +13,8 @@ known at every size: each output is a new row-major tensor whose shape follows t
   input's shape and, for a row-major input, row-major strides (see pointwise_meta); the
   saved statistics and updated running stats have per-channel shapes, which need a static
   channel count.
-- `linear`: a fresh matrix product viewed to the input's leading shape (the bias added
-  elementwise), row-major at every size.
+- `linear` and `matmul` of matrices: a fresh matrix product (mm or bmm) viewed to the
+  leading shape (a bias added elementwise), row-major at every size and input layout.
 
 dtypes (and the statistics' static shapes) are read from the operator run on tiny tensors
 of the same dtypes and static sizes, which also raises eager's error for a call eager
@@ -27,7 +27,7 @@ from typing import Any, Callable
 import torch
 
 from .. import _torch
-from .pointwise_meta import contiguous, same_size, same_sizes, symbolic_sizes
+from .pointwise_meta import broadcast_shapes, contiguous, same_size, same_sizes, symbolic_sizes
 
 aten = torch.ops.aten
 
@@ -79,7 +79,7 @@ def _batch_norm(func, x, *rest):
 
 
 def _linear(func, x, weight, bias=None):
-    if x.dim() < 1 or weight.dim() != 2 or not contiguous(x) or not contiguous(weight):
+    if x.dim() < 1 or weight.dim() != 2:
         return None
     if any(isinstance(s, torch.SymInt) for s in weight.shape) or not same_size(x.shape[-1], weight.shape[1]):
         return None
@@ -89,6 +89,19 @@ def _linear(func, x, weight, bias=None):
     return _new((*x.shape[:-1], weight.shape[0]), dtype)
 
 
+def _matmul(func, a, b):
+    """Both operands matrices or batches of them: the product of the broadcast batches,
+    computed by mm or bmm into a new tensor and viewed to the batch shape (a 2-D @ N-D
+    product is transposed back with `.contiguous()`), so row-major at every size."""
+    if a.dim() < 2 or b.dim() < 2 or not same_size(a.shape[-1], b.shape[-2]):
+        return None
+    batch = broadcast_shapes([tuple(a.shape[:-2]), tuple(b.shape[:-2])])
+    if batch is None:
+        return None
+    dtype = _probe(func, (_tiny(a), _tiny(b)))[0][0]
+    return _new((*batch, a.shape[-2], b.shape[-1]), dtype)
+
+
 _RULES: dict[Any, Callable] = {
     aten.native_layer_norm.default: _layer_norm,
     aten._native_batch_norm_legit_no_training.default: _batch_norm,
@@ -96,6 +109,7 @@ _RULES: dict[Any, Callable] = {
     aten._native_batch_norm_legit.no_stats: _batch_norm,
     aten._native_batch_norm_legit_functional.default: _batch_norm,
     aten.linear.default: _linear,
+    aten.matmul.default: _matmul,
 }
 
 

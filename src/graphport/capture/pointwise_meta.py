@@ -53,7 +53,7 @@ def pointwise_meta(func, args: tuple, kwargs: dict) -> torch.Tensor | None:
         return None
     if not symbolic_sizes(tensors):
         return None
-    shape = _broadcast([tuple(t.shape) for t in tensors])
+    shape = broadcast_shapes([tuple(t.shape) for t in tensors])
     if shape is None:
         return None
     if all(contiguous(t) for t in tensors):
@@ -95,7 +95,8 @@ def symbolic_sizes(tensors) -> bool:
     return bool(sizes) and all(s.node.has_hint() for s in sizes)
 
 
-def _broadcast(shapes: list[tuple]) -> tuple | None:
+def broadcast_shapes(shapes: list[tuple]) -> tuple | None:
+    """The broadcast shape where every dimension's sizes are one expression or the constant 1."""
     rank = max(len(s) for s in shapes)
     out = []
     for d in range(-rank, 0):
