@@ -260,3 +260,28 @@ def test_linear_of_a_transposed_input_is_row_major():
     for values in _points(syms, 2):
         real = _real((syms[0], syms[1], 8), values).transpose(0, 1)
         _check_against_eager(out, torch.nn.functional.linear(real, torch.randn(6, 8)), values)
+
+
+@pytest.mark.parametrize("bias_shape", [(6,), (1, 6), ("b", 6), ()], ids=["row", "1xrow", "full", "scalar"])
+def test_addmm_closed_form_is_eager_at_every_size(bias_shape):
+    env, syms = _env(0)
+    bias_sym = tuple(syms[0] if s == "b" else s for s in bias_shape)
+    a, b = _meta((syms[0], 8), env), torch.empty(8, 6, device="meta")
+    out = layer_meta(aten.addmm.default, (_meta(bias_sym, env), a, b), {"beta": 2})
+    assert out is not None
+    for values in _points(syms, 1):
+        real_bias, real_a, real_b = _real(bias_sym, values), _real((syms[0], 8), values), torch.randn(8, 6)
+        _check_against_eager(out, torch.addmm(real_bias, real_a, real_b, beta=2), values)
+
+
+def test_pointwise_reads_no_stride_of_a_size_one_dimension():
+    env, syms = _env(0)
+    t = symint(syms[1], env)
+    expanded = torch.empty_strided((1, 1, t, t), (0, 0, t, 1), dtype=torch.bool, device="meta")   # a [t, t] mask
+    other = torch.empty((1, 1, t, t), dtype=torch.bool, device="meta")
+    out = pointwise_meta(aten.bitwise_and.Tensor, (expanded, other), {})
+    assert out is not None
+    for values in _points(syms[1:], 1):
+        n = values[syms[1]]
+        real = (torch.rand(n, n) > 0.5).expand(1, 1, n, n)
+        _check_against_eager(out, real & (torch.rand(1, 1, n, n) > 0.5), values)

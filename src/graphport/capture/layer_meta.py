@@ -46,9 +46,11 @@ _PROBES: dict = {}
 def layer_meta(func, args: tuple, kwargs: dict) -> Any:
     """Output meta tensor(s) of a call to one of the operators above, or None."""
     rule = _RULES.get(func)
-    if rule is None or kwargs or not symbolic_sizes([a for a in args if isinstance(a, torch.Tensor)]):
+    if rule is None or not symbolic_sizes([a for a in args if isinstance(a, torch.Tensor)]):
         return None
-    return rule(func, *args)
+    if kwargs and (func is not aten.addmm.default or set(kwargs) - {"beta", "alpha"}):
+        return None
+    return rule(func, *args, **kwargs)
 
 
 def _layer_norm(func, x, normalized_shape, weight, bias, eps):
@@ -89,6 +91,19 @@ def _linear(func, x, weight, bias=None):
     return _new((*x.shape[:-1], weight.shape[0]), dtype)
 
 
+def _addmm(func, bias, a, b, *, beta=1, alpha=1):
+    """`bias + a @ b`: a new row-major matrix (torch's own decomposition adds the bias to the
+    product, whose layout wins), the bias broadcast to it."""
+    if a.dim() != 2 or b.dim() != 2 or not same_size(a.shape[1], b.shape[0]):
+        return None
+    shape = (a.shape[0], b.shape[1])
+    full = broadcast_shapes([tuple(bias.shape), shape]) if bias.dim() <= 2 else None
+    if full is None or not same_sizes(full, shape):
+        return None
+    dtype = _probe(func, (_tiny(bias), _tiny(a), _tiny(b)))[0][0]
+    return _new(shape, dtype)
+
+
 def _matmul(func, a, b):
     """Both operands matrices or batches of them: the product of the broadcast batches,
     computed by mm or bmm into a new tensor and viewed to the batch shape (a 2-D @ N-D
@@ -110,6 +125,7 @@ _RULES: dict[Any, Callable] = {
     aten._native_batch_norm_legit_functional.default: _batch_norm,
     aten.linear.default: _linear,
     aten.matmul.default: _matmul,
+    aten.addmm.default: _addmm,
 }
 
 

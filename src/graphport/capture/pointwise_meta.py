@@ -130,14 +130,18 @@ def same_sizes(a, b) -> bool:
 
 
 def contiguous(t: torch.Tensor) -> bool:
-    """Row-major strides, a size-1 dimension's stride included (a kernel may read it).
-    torch lays out a new tensor with `max(size, 1)` in the products, graphport's inputs with
-    the sizes themselves: the two differ only when a size is 0, where the tensor has no
-    elements and every layout is contiguous, so both are accepted."""
+    """Row-major strides, as `is_contiguous()` means it at every size: the stride of a
+    dimension of size 1 (the constant) is not read, as torch does not read it (an expanded
+    mask's size-1 dimensions have stride 0); a symbolic size's stride must be exact, since
+    that size may be 1 or not. torch lays out a new tensor with `max(size, 1)` in the
+    products, graphport's inputs with the sizes themselves: the two differ only when a size is
+    0, where the tensor has no elements and every layout is contiguous, so both are accepted.
+    Outputs made from such operands may differ from eager's in size-1 strides only, which
+    address nothing."""
     plain: Any = 1
     clamped: Any = 1
     for size, stride in zip(reversed(t.shape), reversed(t.stride())):
-        if not same_size(stride, plain) and not same_size(stride, clamped):
+        if not _is_one(size) and not same_size(stride, plain) and not same_size(stride, clamped):
             return False
         plain, clamped = _times(plain, size), _times(clamped, torch.sym_max(size, 1) if isinstance(size, torch.SymInt)
                                                     else max(size, 1))
