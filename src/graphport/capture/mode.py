@@ -7,7 +7,6 @@ variant and the written tensors are rebound to the new values.
 """
 from __future__ import annotations
 
-import contextlib
 from typing import Any
 
 import torch
@@ -187,8 +186,7 @@ class CaptureMode(_torch.TorchDispatchMode):
         if view and isinstance(args[0], TracerTensor) and args[0].gp_base is not None \
                 and addresses_base_storage(func, args[0].gp_chain):
             args = (args[0].gp_base, *args[1:])   # as_strided of a view: the same window of its base
-        with self._metadata_only():
-            val = self.run_meta(func, args, kwargs, cache=not view)
+        val = self.run_meta(func, args, kwargs, cache=not view)
         if func in _INFERRED_SIZE and self.rec.sizes is not None and isinstance(val, torch.Tensor):
             args = (args[0], _spelled_out(args[1], val.shape), *args[2:])
         node_args, node_kwargs = map_args(self.rec.graph_arg, (args, kwargs))
@@ -202,12 +200,6 @@ class CaptureMode(_torch.TorchDispatchMode):
             custom_ops.bind_output_sizes(self, out)   # sizes its fake kernel made data-dependent
         return out
 
-    def _metadata_only(self):
-        """Around a computation of one recorded node's output metadata: size questions asked
-        there are classified as such (shapes/env.py, passes/small_size_replay.py)."""
-        env = self.rec.sizes.env if self.rec.sizes is not None else None
-        return env.computing_metadata() if env is not None else contextlib.nullcontext()
-
     def call_kept_composite(self, func, args, kwargs):
         """A composite op kept as one node. Its output metadata comes from running its
         decomposition on the tracers, in a scope whose graph is thrown away: composite ops
@@ -219,7 +211,7 @@ class CaptureMode(_torch.TorchDispatchMode):
 
         def decomposed_meta():
             try:
-                with self.rec.child_scope(recording=False), as_eager_requires(tracers, grads), self._metadata_only():
+                with self.rec.child_scope(recording=False), as_eager_requires(tracers, grads):
                     out = self.run_decomposition(func, func.decompose, args, kwargs)
             except UnsupportedFeatureError:
                 return None  # its insides do what capture cannot express; its meta kernel can still answer
