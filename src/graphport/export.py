@@ -22,7 +22,6 @@ from .passes.metadata import finish_metadata
 from .passes.small_sizes import prove_small_sizes
 from .passes.verifier import verify
 from .program import ExportedProgram, ModuleCallEntry, ModuleCallSignature
-from .signature import InputKind
 from .shapes.check import build_contract, check
 from .shapes.contract import ShapeContract
 from .shapes.dims import AdditionalInputs, ShapesCollection
@@ -134,9 +133,7 @@ def _shape_contract(shapes: InputShapes, captured: Captured, trace: Callable) ->
             warnings.filterwarnings("ignore", message="Pred is a Python constant")
             again = trace(pinned, locations)
         return again.graph, again.constants
-    user_inputs = None if captured.input_aliases else \
-        [s.arg.name for s in captured.signature.input_specs if s.kind is InputKind.USER_INPUT]
-    report = prove_small_sizes(retrace, shapes, captured.graph, captured.constants, user_inputs)
+    report = prove_small_sizes(retrace, shapes, captured.graph, captured.constants)
     # A size where the program computes something else than at the example breaks the
     # declared range; one where the program fails (as eager would) is refused at call time.
     differs = {(sym, size): (refusal.reason, refusal.where) for (sym, size), refusal in report.refused.items()

@@ -7,7 +7,6 @@ variant and the written tensors are rebound to the new values.
 """
 from __future__ import annotations
 
-import contextlib
 from typing import Any
 
 import torch
@@ -25,7 +24,6 @@ from .data_dependent import mask_index, rules as data_dependent_rules, truth
 from . import custom_ops
 from .environment import register_higher_order_rules
 from .grad import as_eager_requires
-from .meta_cache import _UNCACHEABLE as UNCACHEABLE, _key_of as meta_key
 from .recorder import Recorder
 from .rules import HIGHER_ORDER, SPECIAL
 from .tracer import META, TracerTensor, data_dependent
@@ -188,14 +186,11 @@ class CaptureMode(_torch.TorchDispatchMode):
         if view and isinstance(args[0], TracerTensor) and args[0].gp_base is not None \
                 and addresses_base_storage(func, args[0].gp_chain):
             args = (args[0].gp_base, *args[1:])   # as_strided of a view: the same window of its base
-        with self._metadata_only(func, args, kwargs) as assumed:
-            val = self.run_meta(func, args, kwargs, cache=not view)
+        val = self.run_meta(func, args, kwargs, cache=not view)
         if func in _INFERRED_SIZE and self.rec.sizes is not None and isinstance(val, torch.Tensor):
             args = (args[0], _spelled_out(args[1], val.shape), *args[2:])
         node_args, node_kwargs = map_args(self.rec.graph_arg, (args, kwargs))
         node = self.rec.node(func, node_args, node_kwargs, val)
-        if assumed is not None:
-            self.rec.sizes.env.metadata_assumptions[node] = frozenset(assumed)
         self.rec.user_calls.add(node)
         device = self._device(args, kwargs)
         if view and isinstance(args[0], TracerTensor):
@@ -204,19 +199,6 @@ class CaptureMode(_torch.TorchDispatchMode):
         if custom_ops.is_custom(func):
             custom_ops.bind_output_sizes(self, out)   # sizes its fake kernel made data-dependent
         return out
-
-    def _metadata_only(self, func=None, args=(), kwargs=None):
-        """Around a computation of one recorded node's output metadata: size questions asked
-        there are classified as such, and remembered by (op, argument metadata) for the node
-        (shapes/env.py, passes/small_size_replay.py)."""
-        env = self.rec.sizes.env if self.rec.sizes is not None else None
-        if env is None:
-            return contextlib.nullcontext()
-        key = None
-        if func is not None:
-            described = meta_key(map_args(self._meta, (args, kwargs or {})))
-            key = None if described is UNCACHEABLE else (func, described)
-        return env.computing_metadata(key)
 
     def call_kept_composite(self, func, args, kwargs):
         """A composite op kept as one node. Its output metadata comes from running its
@@ -239,14 +221,11 @@ class CaptureMode(_torch.TorchDispatchMode):
                 raise _operator_error(func, e) from e   # the op's own checks reject its arguments
             return None if out is NotImplemented else pytree.tree_map_only(TracerTensor, lambda t: t.gp_meta, out)
 
-        with self._metadata_only(("decomposed", func), args, kwargs) as assumed:
-            val = self.rec.meta_cache.run(("decomposed", func, *grads), args, kwargs, decomposed_meta)
+        val = self.rec.meta_cache.run(("decomposed", func, *grads), args, kwargs, decomposed_meta)
         if val is None:
             return self.call(func, args, kwargs)
         node_args, node_kwargs = map_args(self.rec.graph_arg, (args, kwargs))
         node = self.rec.node(func, node_args, node_kwargs, val)
-        if assumed is not None:
-            self.rec.sizes.env.metadata_assumptions[node] = frozenset(assumed)
         self.rec.user_calls.add(node)
         return self.rec.wrap(val, node, self._device(args, kwargs))
 

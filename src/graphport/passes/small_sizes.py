@@ -14,7 +14,6 @@ questions the original did not; combinations of several small sizes are traced t
 """
 from __future__ import annotations
 
-import contextlib
 import itertools
 import os
 from dataclasses import dataclass, field, replace
@@ -28,7 +27,6 @@ from .. import _torch
 from ..errors import GraphportError, InternalError, OperatorError
 from ..ops.kinds import Kind, op_info
 from .decided_conds import inline_decided_conds
-from .small_size_replay import replay_at, replayable
 from ..shapes.env import ShapeEnv
 from ..shapes.node import SymNode, value_at
 from ..shapes.spec import InputShapes
@@ -50,23 +48,19 @@ class SmallSizeReport:
     valid: dict[sympy.Symbol, list[int]] = field(default_factory=dict)     # symbol -> small sizes proven valid
     refused: dict[tuple[sympy.Symbol, int], Refusal] = field(default_factory=dict)
     exclusions: list[dict[sympy.Symbol, int]] = field(default_factory=list)   # combinations proven invalid
-    traces: int = 0    # pinned re-traces of the program
-    replays: int = 0   # pinned sizes proven by replaying the graph instead (small_size_replay.py)
+    traces: int = 0
 
 
 def prove_small_sizes(retrace: Callable[..., Any], shapes: InputShapes, graph: fx.Graph,
-                      constants: dict[str, torch.Tensor], user_inputs: list[str] | None = None) -> SmallSizeReport:
+                      constants: dict[str, torch.Tensor]) -> SmallSizeReport:
     """For every symbol the capture assumed >= 1 or >= 2 below its declared minimum, trace
     at the small sizes in range and compare. `retrace(shapes, locations=True)` captures
     again and returns the captured graph and its constants (with `locations` False, without
     source locations: the proof does not need them, only a report of where the program
     differs does). Constants made from sizes (`torch.tensor([x.shape[0] - 1])`) are compared
-    by value: the graphs alone do not show them. `user_inputs` (the placeholder of each flat
-    user input, in order) lets a size be proven by replaying the graph where that is sound
-    (small_size_replay.py); without it, every size is traced."""
+    by value: the graphs alone do not show them."""
     env = shapes.env
     report = SmallSizeReport()
-    retrace = _Retrace(retrace, user_inputs if _REPLAY[0] else None)
     candidates = {sym: list(range(least - 1, env.symbols[sym].declared.lower - 1, -1))
                   for sym, least in env.assumed_min.items()}
     for sym, sizes in candidates.items():
@@ -121,13 +115,6 @@ def _try(pins: dict[sympy.Symbol, int], retrace, shapes: InputShapes, graph: fx.
          report: SmallSizeReport):
     """(why the pinned sizes are not valid, or None; the pinned trace's own assumptions)."""
     pins = {s: sympy.Integer(v) for s, v in pins.items()}
-    if retrace.user_inputs is not None and replayable(graph, shapes, pins, retrace.user_inputs):
-        pinned = pin(shapes, pins)
-        if replay_at(graph, shapes, pinned, pins, retrace.user_inputs) \
-                and all(pinned.env.assumed_min.get(t, 0) <= shapes.env.assumed_min.get(t, 0)
-                        for t in pinned.env.assumed_min):
-            report.replays += 1
-            return None, dict(pinned.env.assumed_min)
     pinned = pin(shapes, pins)
     report.traces += 1
     try:
@@ -153,30 +140,6 @@ def _try(pins: dict[sympy.Symbol, int], retrace, shapes: InputShapes, graph: fx.
             return Refusal(f"the program asks another question of the sizes there ({guard.rel})", guard.location,
                            False), {}
     return None, dict(pinned.env.assumed_min)
-
-
-class _Retrace:
-    """The caller's re-trace, with what the replay needs to stand in for it."""
-
-    def __init__(self, retrace: Callable[..., Any], user_inputs: list[str] | None):
-        self.retrace, self.user_inputs = retrace, user_inputs
-
-    def __call__(self, *args, **kwargs):
-        return self.retrace(*args, **kwargs)
-
-
-# Tests switch the replay off to compare its results with the re-trace's (retrace_only).
-_REPLAY = [True]
-
-
-@contextlib.contextmanager
-def retrace_only():
-    """Prove every small size by re-tracing the program (tests compare the two ways)."""
-    _REPLAY[0] = False
-    try:
-        yield
-    finally:
-        _REPLAY[0] = True
 
 
 def _compare_constants(ours: dict, theirs: dict) -> tuple[str, None] | None:

@@ -13,7 +13,6 @@ capture is not valid for instead of running them.
 """
 from __future__ import annotations
 
-import contextlib
 from dataclasses import dataclass, field
 
 import sympy
@@ -53,17 +52,6 @@ class ShapeEnv:
     # exceeds its declared minimum: sizes below it need their own export.
     assumed_min: dict[sympy.Symbol, int] = field(default_factory=dict)
     assumption_sites: dict[sympy.Symbol, SourceLocation | None] = field(default_factory=dict)
-    # symbols with an assumption made outside a metadata-only computation (one kernel working
-    # out one node's output metadata): only those answers can change which operations the
-    # program records, so a small size of any other symbol is proven by replaying the graph
-    # (passes/small_size_replay.py) instead of tracing the program again
-    assumed_outside_metadata: set = field(default_factory=set)
-    metadata_only: int = 0   # > 0 while questions come from such a computation
-    # recorded node -> the symbols its metadata computation assumed about (nodes whose
-    # metadata came another way are absent): the replay recomputes only those at a pin
-    metadata_assumptions: dict = field(default_factory=dict)
-    _assumed_by_key: dict = field(default_factory=dict)   # (op, argument metadata) -> symbols
-    _assumed_now: set = field(default_factory=set)
     _simplified: dict = field(default_factory=dict)
     _decisions: dict = field(default_factory=dict)
     _arith: dict = field(default_factory=dict)
@@ -129,8 +117,6 @@ class ShapeEnv:
             if found is not None:
                 if record:
                     for sym in (rel.free_symbols & self.symbols.keys()) - self.exact:
-                        if self.symbols[sym].declared.lower < least:
-                            (self._assumed_now if self.metadata_only else self.assumed_outside_metadata).add(sym)
                         if self.symbols[sym].declared.lower < least and self.assumed_min.get(sym, 0) < least:
                             self.assumed_min[sym] = least
                             self.assumption_sites[sym] = location or innermost_user_location()
@@ -138,28 +124,6 @@ class ShapeEnv:
         if self.unbacked.facts:
             return self.unbacked.decide(rel, self.ranges)
         return None
-
-    @contextlib.contextmanager
-    def computing_metadata(self, key=None):
-        """Questions asked in here work out one recorded node's output metadata (its meta
-        kernel, or a kept composite's decomposition run without recording): their answers
-        reach the graph only through that node's `val`. Yields the set of symbols the
-        computation assumed about, which holds, for a `key` (op, argument metadata) met
-        before, those of every computation with that key: a cached result asks nothing."""
-        outer = self.metadata_only == 0
-        saved, self._assumed_now = self._assumed_now, set()
-        self.metadata_only += 1
-        assumed = set()
-        try:
-            yield assumed
-        finally:
-            self.metadata_only -= 1
-            now, self._assumed_now = self._assumed_now, saved
-            if key is not None:
-                now = self._assumed_by_key[key] = self._assumed_by_key.get(key, set()) | now
-            if not outer:
-                saved |= now
-            assumed |= now
 
     def hints(self) -> dict[sympy.Symbol, sympy.Integer]:
         return {s: sympy.Integer(i.hint) for s, i in self.symbols.items()}
