@@ -11,17 +11,9 @@ import graphport as gp
 from tests.control_flow.corpus import CASES, Case
 from tests.control_flow.test_corpus import _close, _export
 
-# Subgraphs that compute with a symbolic size they receive are not replayed yet (the replay
-# of a subgraph has no size table to rebuild the size's uses from): a graphport error says so.
-SYMINT_OPERANDS = {"dynamic_dims_inside_branch", "symint_operand", "int_and_symint_operands",
-                   "map_symint_operand", "scan_closes_over_size"}
-
 
 def _params() -> list:
-    return [pytest.param(case, table, id=f"{case.name}-{name}",
-                         marks=[pytest.mark.xfail(strict=True, raises=gp.UnsupportedFeatureError,
-                                                  reason="subgraph replay of SymInt operands")]
-                         if case.name in SYMINT_OPERANDS else [])
+    return [pytest.param(case, table, id=f"{case.name}-{name}")
             for case in CASES for name, table in (("core", None), ("empty", {}))]
 
 

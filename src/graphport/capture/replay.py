@@ -29,6 +29,7 @@ from ..passes.metadata import capture_value
 from .data_dependent import assert_fact, bind_symbol
 from .environment import capture_environment
 from .mode import CaptureMode
+from .received_sizes import ReceivedSizes
 from .recorder import Recorder
 from .sizes import SizeValues, is_sym
 from .tracer import TracerTensor
@@ -58,6 +59,7 @@ class ReplayInputs:
     user_inputs: list[str] = field(default_factory=list)   # user-input placeholder names, in flat order
     env: Any = None                                   # the program's ShapeEnv, when its sizes are symbolic
     named: frozenset[str] = frozenset()   # nodes named outside the graph (preserved call signatures)
+    subgraph: bool = False   # a control-flow subgraph: its sizes come from its own placeholders
 
 
 @dataclass
@@ -77,7 +79,9 @@ def replay(gm: fx.GraphModule, policy: DispatchPolicy, inputs: ReplayInputs) -> 
     for p in placeholders:
         values[p] = _placeholder(rec, p, inputs)
     known = set(rec.constant_values)
-    if inputs.env is not None:
+    if inputs.env is not None and inputs.subgraph:
+        rec.sizes = ReceivedSizes(inputs.env, [(made, values[p]) for made, p in zip(rec.placeholders, placeholders)])
+    elif inputs.env is not None:
         by_name = {n.name: n for n in rec.placeholders}
         rec.sizes = SizeValues(inputs.env, {i: by_name[name] for i, name in enumerate(inputs.user_inputs)})
     owner = torch.nn.Module()
@@ -218,7 +222,8 @@ def _run(rec: Recorder, gm: fx.GraphModule, node: fx.Node, values: dict, policy:
             raise UnsupportedFeatureError(f"the program reads the attribute {node.target}, which is not a subgraph",
                                           fix="export the program with graphport, whose graphs read no attributes")
         with _torch.outside_dispatch_modes():   # its meta computations are not this graph's constants
-            lowered = replay(sub, policy, ReplayInputs(devices=inputs.devices)).graph_module
+            lowered = replay(sub, policy, ReplayInputs(devices=inputs.devices, env=inputs.env,
+                                                       subgraph=True)).graph_module
         owner.add_module(node.target, lowered)
         made = rec.root.graph.get_attr(node.target)
         made.meta.update(node.meta)
