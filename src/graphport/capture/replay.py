@@ -227,7 +227,7 @@ def _run(rec: Recorder, gm: fx.GraphModule, node: fx.Node, values: dict, policy:
         owner.add_module(node.target, lowered)
         made = rec.root.graph.get_attr(node.target)
         made.meta.update(node.meta)
-        return _Subgraph(made)
+        return _Subgraph(made, lowered)
     target = node.target
     if node.op != "call_function":
         raise UnsupportedFeatureError(f"the program's graph has a {node.op} node ({node.name}), which the IR "
@@ -277,14 +277,18 @@ def _assert_scalar(rec: Recorder, env, cond, message: str) -> None:
 
 
 class _Subgraph:
-    """A replayed subgraph: its `get_attr` node, passed to the operator that uses it."""
-    def __init__(self, node: fx.Node):
+    """A replayed subgraph: its `get_attr` node, passed to the operator that uses it, and
+    the lowered graph module it names."""
+    def __init__(self, node: fx.Node, module: fx.GraphModule):
         self.node = node
+        self.module = module
 
 
 def _record_as_is(rec: Recorder, node: fx.Node, args, kwargs) -> Any:
     """An operator whose arguments include subgraphs: recorded as it was, its subgraphs
-    replaced by their replays."""
+    replaced by their replays (a cond without the operands no branch reads)."""
+    if node.target is torch.ops.higher_order.cond:
+        args = _without_unread_operands(*args)
     node_args, node_kwargs = pytree.tree_map(
         lambda a: a.node if isinstance(a, _Subgraph) else rec.graph_arg(a), (args, kwargs))
     val = capture_value(node.meta["val"])
@@ -292,6 +296,25 @@ def _record_as_is(rec: Recorder, node: fx.Node, args, kwargs) -> Any:
     device = next((a.device for a in pytree.tree_leaves((args, kwargs)) if isinstance(a, torch.Tensor)),
                   torch.device("cpu"))
     return rec.wrap(val, made, device)
+
+
+def _without_unread_operands(pred, true_branch: _Subgraph, false_branch: _Subgraph, operands) -> tuple:
+    """The cond's arguments without the operands neither lowered branch reads, and the
+    branches without their placeholders: torch's lowering passes a cond only what its
+    branches use, so the calls computing the others become dead code (ExportDB's
+    `cond_closed_over_variable` passes `x + 1` and reads `x` only). The capture keeps the
+    operands the program passed, as the program's own call."""
+    branches = (true_branch.module, false_branch.module)
+    inputs = [[n for n in branch.graph.nodes if n.op == "placeholder"] for branch in branches]
+    read = [i for i in range(len(operands)) if any(placeholders[i].users for placeholders in inputs)]
+    if len(read) < len(operands):
+        for branch, placeholders in zip(branches, inputs):
+            for i, placeholder in enumerate(placeholders):
+                if i not in read:
+                    branch.graph.erase_node(placeholder)
+            branch.recompile()
+        operands = type(operands)(operands[i] for i in read)
+    return pred, true_branch, false_branch, operands
 
 
 def _graph_value(rec: Recorder, value: Any) -> Any:
