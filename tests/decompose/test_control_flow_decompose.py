@@ -74,6 +74,21 @@ def _lower(ep, table):
     return ep.run_decompositions() if table is None else ep.run_decompositions(table)
 
 
+_EXPORTED: dict[str, tuple] = {}
+_LOWERED: dict[tuple[str, str], object] = {}
+
+
+def _exported_and_lowered(case: Case, table):
+    """(model, program, its lowering), each made once per case and table for every test here."""
+    if case.name not in _EXPORTED:
+        _EXPORTED[case.name] = _export(case)
+    model, ep = _EXPORTED[case.name]
+    key = (case.name, "core" if table is None else "empty")
+    if key not in _LOWERED:
+        _LOWERED[key] = _lower(ep, table)
+    return model, ep, _LOWERED[key]
+
+
 def _matches_eager(case: Case, model: torch.nn.Module, program, inputs: list[tuple]) -> None:
     reference = case.make().eval()
     reference.load_state_dict(model.state_dict())
@@ -86,8 +101,7 @@ def _matches_eager(case: Case, model: torch.nn.Module, program, inputs: list[tup
 
 @pytest.mark.parametrize("case, table", [pytest.param(c, t, id=f"{c.name}-{n}") for c in ALL for n, t in TABLES])
 def test_lowered_program_matches_eager(case: Case, table) -> None:
-    model, ep = _export(case)
-    lowered = _lower(ep, table)
+    model, ep, lowered = _exported_and_lowered(case, table)
     if table is None:
         gp.verify(lowered, dialect="core_aten")
     _matches_eager(case, model, lowered, [case.args, *case.fresh])
@@ -116,8 +130,7 @@ _HAS_SMALL_SIZES = [c for c in ALL if _small_size_inputs(c)]
 def test_lowered_program_at_sizes_0_and_1_behaves_as_the_program(case: Case, table) -> None:
     """At sizes 0 and 1 in the declared ranges the lowered program refuses what the program
     refuses (with the same error) and otherwise matches eager."""
-    model, ep = _export(case)
-    lowered = _lower(ep, table)
+    model, ep, lowered = _exported_and_lowered(case, table)
     accepted = []
     for each in _small_size_inputs(case):
         try:
@@ -148,8 +161,8 @@ def test_lowered_subgraphs_take_the_same_inputs(case: Case, table) -> None:
     """Sizes are computed inside each subgraph from what it receives: no input is added,
     and the only ones dropped are a cond's operands no branch reads (the int of
     `int_and_symint_operands`, inlined where it is used; `unread_operand`'s `x + 1`)."""
-    _, ep = _export(case)
-    lowered = _placeholders(_lower(ep, table).graph_module)
+    _, ep, lowered = _exported_and_lowered(case, table)
+    lowered = _placeholders(lowered.graph_module)
     source = _placeholders(ep.graph_module)
     unread = {"int_and_symint_operands": ["arg"], "unread_operand": ["add"]}.get(case.name, [])
     assert lowered == {name: [p for p in names if p not in unread] for name, names in source.items()}
@@ -157,8 +170,7 @@ def test_lowered_subgraphs_take_the_same_inputs(case: Case, table) -> None:
 
 def test_a_symbol_received_only_as_a_multiple_is_recovered_inside_the_branch() -> None:
     case = next(c for c in SIZES_INSIDE if c.name == "roll_of_strided_operand")
-    _, ep = _export(case)
-    branch = _lower(ep, None).graph_module.true_graph_0
+    branch = _exported_and_lowered(case, None)[2].graph_module.true_graph_0
     sizes = [(n.target, n.args[1]) for n in branch.graph.nodes if n.op == "call_function" and n.target in
              (torch.ops.aten.sym_size.int, operator.floordiv)]
     assert (torch.ops.aten.sym_size.int, 0) in sizes and (operator.floordiv, 4) in sizes
@@ -173,12 +185,11 @@ def _torch_lowered(case: Case, table):
 
 
 @pytest.mark.parametrize("case, table", [
-    pytest.param(c, t, id=f"{c.name}-{n}", marks=[] if c.name in RECEIVE_SIZES or c in SIZES_INSIDE
-                 else [pytest.mark.slow])
+    pytest.param(c, t, id=f"{c.name}-{n}", marks=[] if (c.name in RECEIVE_SIZES or c in SIZES_INSIDE) and t is None
+                 else [pytest.mark.slow])   # torch's export and lowering take seconds: the rest is slow
     for c in ALL if c.torch_exports for n, t in TABLES])
 def test_lowered_subgraph_operators_match_torch_export(case: Case, table) -> None:
-    _, ep = _export(case)
-    ours = _subgraph_operators(_lower(ep, table).graph_module)
+    ours = _subgraph_operators(_exported_and_lowered(case, table)[2].graph_module)
     theirs = _subgraph_operators(_torch_lowered(case, table).graph_module)
     assert ours, "the program has control flow: it must have subgraphs"
     assert ours == theirs
@@ -196,8 +207,7 @@ def _live_operators(module: fx.GraphModule) -> collections.Counter:
 
 def test_the_cond_operand_no_branch_reads_is_dropped_as_by_torch() -> None:
     case = next(c for c in SIZES_INSIDE if c.name == "unread_operand")
-    _, ep = _export(case)
-    ours = _lower(ep, None)
+    _, ep, ours = _exported_and_lowered(case, None)
     cond = next(n for n in ours.graph.nodes if n.target is torch.ops.higher_order.cond)
     assert [a.name for a in cond.args[3]] == ["x", "y"]
     assert not any(n.target is torch.ops.aten.add.Tensor for n in ours.graph.nodes)
@@ -208,8 +218,7 @@ def test_the_cond_operand_no_branch_reads_is_dropped_as_by_torch() -> None:
 
 @pytest.mark.parametrize("case", [c for c in CASES if c.name in RECEIVE_SIZES], ids=lambda c: c.name)
 def test_lowered_program_round_trips_through_the_artifact(case: Case) -> None:
-    model, ep = _export(case)
-    lowered = ep.run_decompositions()
+    model, _, lowered = _exported_and_lowered(case, None)
     buffer = io.BytesIO()
     gp.save(lowered, buffer)
     buffer.seek(0)
