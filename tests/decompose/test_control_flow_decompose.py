@@ -20,6 +20,7 @@ import torch.fx as fx
 from functorch.experimental.control_flow import map as fmap
 
 import graphport as gp
+from graphport.capture.received_sizes import ReceivedSizes
 
 from tests.control_flow.corpus import CASES, Case, neg, pos, r
 from tests.control_flow.test_corpus import _export, _subgraph_operators
@@ -46,6 +47,15 @@ class RollOfStridedOperand(torch.nn.Module):
         return torch.cond(x.sum() > 0, lambda y: y[::4].roll(1, 0), lambda y: y[1::4] * 2, (x.reshape(-1),))
 
 
+class RollOfConcatenatedOperand(torch.nn.Module):
+    """The branch receives a tensor of a*b elements; the lowered `roll` of its concatenation
+    with itself needs 2*a*b, that product times 2 (a and b are not received one by one)."""
+
+    def forward(self, x):
+        return torch.cond(x.sum() > 0, lambda y: torch.cat([y, y]).roll(1, 0), lambda y: torch.cat([y, y]) * 2,
+                          (x.reshape(-1),))
+
+
 class UnreadOperand(torch.nn.Module):
     """One operand no branch reads, one read by one branch only."""
 
@@ -58,6 +68,8 @@ SIZES_INSIDE = [
          [(r(1, 2, 4),), (r(2, 7, 4),)]),
     Case("roll_of_strided_operand", RollOfStridedOperand, (r(3, 4),), {"x": {0: Dim("b")}},
          [(pos(5, 4),), (neg(5, 4),), (pos(1, 4),), (neg(1, 4),), (r(0, 4),)]),
+    Case("roll_of_concatenated_operand", RollOfConcatenatedOperand, (r(3, 4),),
+         {"x": {0: Dim("a", min=2), 1: Dim("b", min=2)}}, [(pos(2, 5),), (neg(2, 5),), (pos(6, 2),), (neg(3, 3),)]),
     Case("unread_operand", UnreadOperand, (r(3, 2), r(3, 2)), None, [(pos(3, 2), r(3, 2)), (neg(3, 2), r(3, 2))]),
 ]
 ALL = CASES + SIZES_INSIDE
@@ -226,3 +238,14 @@ def test_lowered_program_round_trips_through_the_artifact(case: Case) -> None:
     assert str(loaded) == str(lowered)
     gp.verify(loaded, dialect="core_aten")
     _matches_eager(case, model, loaded, [case.args, *case.fresh, *_small_size_inputs(case)])
+
+
+def test_a_size_the_subgraph_cannot_compute_from_what_it_receives_is_refused() -> None:
+    """The size table of a subgraph that receives nothing symbolic has no way to compute
+    `b`: the lowering says so instead of reaching into the outer graph."""
+    _, ep, _ = _exported_and_lowered(next(c for c in CASES if c.name == "symint_operand"), None)
+    size = next(n for n in ep.graph.nodes if n.op == "placeholder").meta["val"].shape[0]
+    sizes = ReceivedSizes(size.node.env, [])
+    with pytest.raises(gp.UnsupportedFeatureError, match="receives it neither as an operand") as refusal:
+        sizes.value(size * 3, lambda *call: pytest.fail(f"nothing can be emitted: {call}"))
+    assert isinstance(refusal.value, RuntimeError) and "decomposition table" in str(refusal.value)

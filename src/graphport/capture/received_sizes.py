@@ -11,7 +11,8 @@ them, never from the outer graph (whose nodes it cannot see). What a subgraph re
 Any other size (`n * k`, `s0 - 1`, a decomposition's `numel`) is rebuilt from those with
 the IR's size operators, as the program's own sizes are rebuilt from its inputs
 (`sizes.py`). A symbol the subgraph receives only inside an expression `c * s + o` (a
-`Sym(2*s0)` operand) is recovered as `(value - o) // c`.
+`Sym(2*s0)` operand) is recovered as `(value - o) // c`; a multiple of a product it receives
+(`2*s0*s1` from an operand of `s0*s1` elements) is that product times the factor.
 """
 from __future__ import annotations
 
@@ -58,6 +59,9 @@ class ReceivedSizes(SizeValues):
         if source is not None:
             node, dim = source
             value = node if dim is None else emit(aten.sym_size.int, (node, dim), {})
+        elif expr.is_Mul and self._multiple_of_received(expr) is not None:
+            received, factor = self._multiple_of_received(expr)
+            value = emit(operator.mul, (self._build(received, emit, cache), factor), {})
         elif expr.is_Symbol:
             if expr not in self.solved:
                 raise UnsupportedFeatureError(
@@ -76,6 +80,18 @@ class ReceivedSizes(SizeValues):
         if cache:
             self.cache[expr] = value
         return value
+
+
+    def _multiple_of_received(self, expr: sympy.Expr) -> tuple[sympy.Expr, int] | None:
+        """(received expression, integer factor) when `expr` is that multiple of a product the
+        subgraph receives (`2*s0*s1` from a tensor operand of `s0*s1` elements), whose
+        symbols it may not receive one by one."""
+        for received in self.received:
+            if received.is_Mul and len(received.free_symbols) > 1:
+                factor = expr / received
+                if factor.is_Integer:
+                    return received, int(factor)
+        return None
 
 
 def _symbols_from(received: dict[sympy.Expr, Any]) -> dict[sympy.Symbol, tuple[sympy.Expr, int, int]]:
