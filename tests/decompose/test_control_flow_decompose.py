@@ -56,6 +56,16 @@ class RollOfConcatenatedOperand(torch.nn.Module):
                           (x.reshape(-1),))
 
 
+class DataDependentOperand(torch.nn.Module):
+    """A size read from data, passed to the cond operator as an operand: the branches receive
+    the symbol the outer graph binds (its node is renamed by the lowering, theirs is not)."""
+
+    def forward(self, x):
+        n = (x > 0).sum().item()
+        torch._check(n >= 0)
+        return torch.ops.higher_order.cond(x.sum() > 0, lambda x, n: (x * n,), lambda x, n: (x - n,), (x, n))
+
+
 class UnreadOperand(torch.nn.Module):
     """One operand no branch reads, one read by one branch only."""
 
@@ -70,6 +80,7 @@ SIZES_INSIDE = [
          [(pos(5, 4),), (neg(5, 4),), (pos(1, 4),), (neg(1, 4),), (r(0, 4),)]),
     Case("roll_of_concatenated_operand", RollOfConcatenatedOperand, (r(3, 4),),
          {"x": {0: Dim("a", min=2), 1: Dim("b", min=2)}}, [(pos(2, 5),), (neg(2, 5),), (pos(6, 2),), (neg(3, 3),)]),
+    Case("data_dependent_operand", DataDependentOperand, (r(8),), None, [(pos(8),), (neg(8),), (r(8),)]),
     Case("unread_operand", UnreadOperand, (r(3, 2), r(3, 2)), None, [(pos(3, 2), r(3, 2)), (neg(3, 2), r(3, 2))]),
 ]
 ALL = CASES + SIZES_INSIDE

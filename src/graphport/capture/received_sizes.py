@@ -59,8 +59,8 @@ class ReceivedSizes(SizeValues):
         if source is not None:
             node, dim = source
             value = node if dim is None else emit(aten.sym_size.int, (node, dim), {})
-        elif expr.is_Mul and self._multiple_of_received(expr) is not None:
-            received, factor = self._multiple_of_received(expr)
+        elif expr.is_Mul and (multiple := self._multiple_of_received(expr)) is not None:
+            received, factor = multiple
             value = emit(operator.mul, (self._build(received, emit, cache), factor), {})
         elif expr.is_Symbol:
             if expr not in self.solved:
@@ -80,7 +80,6 @@ class ReceivedSizes(SizeValues):
         if cache:
             self.cache[expr] = value
         return value
-
 
     def _multiple_of_received(self, expr: sympy.Expr) -> tuple[sympy.Expr, int] | None:
         """(received expression, integer factor) when `expr` is that multiple of a product the

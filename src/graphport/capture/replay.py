@@ -87,8 +87,9 @@ def replay(gm: fx.GraphModule, policy: DispatchPolicy, inputs: ReplayInputs) -> 
     owner = torch.nn.Module()
     keep: set[fx.Node] = set()
     made_by = _symbols_made_by(gm, inputs.env)
+    made_here = {sym for node, symbols in made_by.items() if node.op != "placeholder" for sym in symbols}
     with capture_environment(None, symbolic=inputs.env is not None), _portable_decompositions(), \
-            _data_dependent_symbols_of(rec, inputs.env), CaptureMode(rec, policy):
+            _data_dependent_symbols_of(rec, inputs.env, made_here), CaptureMode(rec, policy):
         last_meta: dict = {}
         for node in gm.graph.nodes:
             if node.op == "placeholder":
@@ -141,12 +142,13 @@ def _symbols_made_by(gm: fx.GraphModule, env) -> dict[fx.Node, list]:
 
 
 @contextlib.contextmanager
-def _data_dependent_symbols_of(rec: Recorder, env):
+def _data_dependent_symbols_of(rec: Recorder, env, made_here: set):
     """During the replay, the program's data-dependent symbols are made again by the nodes
     that made them (same names, same known ranges) and bound to the replay's nodes, and a
     fact a decomposition states is recorded in the replay's graph. The source program's
     bindings, facts and ranges are restored afterwards: it is left as it was, and a fact
-    only the lowered graph checks is not assumed for it."""
+    only the lowered graph checks is not assumed for it. `made_here`: the symbols this
+    graph's own nodes make (a subgraph also receives symbols the outer graph made)."""
     if env is None:
         yield
         return
@@ -160,7 +162,7 @@ def _data_dependent_symbols_of(rec: Recorder, env):
     unbacked.asserter = assert_here
     try:
         yield
-        _keep_binding_names(rec, bound)
+        _keep_binding_names(rec, {sym: name for sym, name in bound.items() if sym in made_here})
     finally:
         unbacked.asserter = asserter
         unbacked.reuse.clear()
