@@ -134,9 +134,10 @@ def _small_size_inputs(case: Case) -> list[tuple]:
     """Each input of the case with one dynamic dim cut to 0 or 1, where its range allows."""
     if case.dynamic is None:
         return []
-    names = list(case.dynamic)
+    names = list(case.dynamic)   # the corpus names every input, in order
     found = []
     for each in [case.args, *case.fresh]:
+        assert len(names) == len(each), f"{case.name}: dynamic_shapes must name every input"
         for i, name in enumerate(names):
             for dim, spec in (case.dynamic[name] or {}).items():
                 for size in (0, 1):
