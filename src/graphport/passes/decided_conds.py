@@ -35,8 +35,6 @@ def inline_decided_conds(graph: fx.Graph, pins: dict) -> fx.Graph:
 
 
 def _decided(node: fx.Node, pins: dict) -> bool | None:
-    if node.op == "call_function" and node.target is _COND and isinstance(node.args[0], bool):
-        return node.args[0]   # a graph made at the pinned sizes (a lowering replayed there) records the bool
     if node.op != "call_function" or node.target is not _COND or not isinstance(node.args[0], fx.Node):
         return None
     val = node.args[0].meta.get("val")

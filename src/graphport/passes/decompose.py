@@ -26,7 +26,6 @@ from ..program import ExportedProgram, ModuleCallEntry
 from ..signature import (ConstantArgument, ExportGraphSignature, InputKind, InputSpec, OutputSpec, SymBoolArgument,
                          SymFloatArgument, SymIntArgument, TensorArgument)
 from .._gc import cycle_collection_paused
-from .lowered_small_sizes import prove_lowering_at_small_sizes
 from .metadata import finish_metadata
 from .verifier import verify
 
@@ -48,16 +47,8 @@ def run_decompositions(ep: ExportedProgram, decomp_table: dict[Any, Callable] | 
     named = frozenset(arg.name for entry in ep.module_call_graph if entry.signature is not None
                       for arg in entry.signature.inputs + entry.signature.outputs
                       if not isinstance(arg, ConstantArgument))
-    policy, inputs = TablePolicy(table), _replay_inputs(ep, env, named)
-    with _no_new_shape_facts(env) as relied:
-        replayed = replay(ep.graph_module, policy, inputs)
-    contract, report = ep.shape_contract, list(ep.shape_report)
-    if relied and contract is not None:
-        def relower() -> fx.GraphModule:
-            with _no_new_shape_facts(env):
-                return replay(ep.graph_module, policy, inputs).graph_module
-        contract, report = prove_lowering_at_small_sizes(contract, report, replayed.graph_module, env, relied,
-                                                         relower)
+    with _no_new_shape_facts(env):
+        replayed = replay(ep.graph_module, TablePolicy(table), _replay_inputs(ep, env, named))
     graph = replayed.graph_module.graph
     input_specs = list(ep.graph_signature.input_specs)
     first_user = next((i for i, s in enumerate(input_specs) if s.kind is InputKind.USER_INPUT), len(input_specs))
@@ -70,7 +61,7 @@ def run_decompositions(ep: ExportedProgram, decomp_table: dict[Any, Callable] | 
         replayed.graph_module, ExportGraphSignature(input_specs, output_specs), dict(ep.state_dict),
         dict(ep.range_constraints), [_renamed(e, replayed.renamed) for e in ep.module_call_graph],
         ep.example_inputs, {**ep.constants, **replayed.constant_values}, list(ep.input_paths),
-        dict(ep.input_aliases), contract, report)
+        dict(ep.input_aliases), ep.shape_contract, list(ep.shape_report))
     verify(lowered, dialect="core_aten" if decomp_table is None else "default")
     finish_metadata(lowered.graph_module)
     return lowered
@@ -130,18 +121,14 @@ def _no_new_shape_facts(env):
     """The lowered program keeps the original's shape contract, so its decompositions must
     not need a fact about sizes beyond the capture's: a new guard, or an assumption that a
     size is larger than the capture assumed. The environment is restored either way, so
-    the original program is left as it was. Yields a dict filled on exit with the sizes the
-    lowering's own decisions assumed (symbol -> at least), which the program's small-size
-    proof does not cover (`lowered_small_sizes.py`)."""
-    relied: dict = {}
+    the original program is left as it was."""
     if env is None:
-        yield relied
+        yield
         return
     guards, replacements = list(env.guards), dict(env.replacements)
     assumed, sites = dict(env.assumed_min), dict(env.assumption_sites)
-    env.assumed_min.clear()   # each assumption the lowering makes is recorded again
     try:
-        yield relied
+        yield
         known = {g.rel for g in guards}
         new = [g for g in env.guards[len(guards):] if g.rel not in known]
         grown = [(sym, least) for sym, least in env.assumed_min.items() if least > assumed.get(sym, 0)]
@@ -158,7 +145,6 @@ def _no_new_shape_facts(env):
                 "proven for", location=env.assumption_sites.get(sym),
                 fix="keep that operator whole (delete it from the decomposition table), or export with "
                     f"Dim min={least}")
-        relied.update(env.assumed_min)
     finally:
         env.guards[:] = guards
         env.replacements = replacements
