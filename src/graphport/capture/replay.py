@@ -229,7 +229,7 @@ def _run(rec: Recorder, gm: fx.GraphModule, node: fx.Node, values: dict, policy:
         owner.add_module(node.target, lowered)
         made = rec.root.graph.get_attr(node.target)
         made.meta.update(node.meta)
-        return _Subgraph(made, sub, lowered)
+        return _Subgraph(made, lowered)
     target = node.target
     if node.op != "call_function":
         raise UnsupportedFeatureError(f"the program's graph has a {node.op} node ({node.name}), which the IR "
@@ -279,11 +279,10 @@ def _assert_scalar(rec: Recorder, env, cond, message: str) -> None:
 
 
 class _Subgraph:
-    """A replayed subgraph: its `get_attr` node, passed to the operator that uses it, the
-    program's graph module and the lowered one it names."""
-    def __init__(self, node: fx.Node, source: fx.GraphModule, module: fx.GraphModule):
+    """A replayed subgraph: its `get_attr` node, passed to the operator that uses it, and
+    the lowered graph module it names."""
+    def __init__(self, node: fx.Node, module: fx.GraphModule):
         self.node = node
-        self.source = source
         self.module = module
 
 
@@ -303,17 +302,14 @@ def _record_as_is(rec: Recorder, node: fx.Node, args, kwargs) -> Any:
 
 
 def _without_unread_operands(pred, true_branch: _Subgraph, false_branch: _Subgraph, operands) -> tuple:
-    """The cond's arguments without the operands no branch reads, in the program or lowered,
-    and the lowered branches without their placeholders: torch's lowering passes a cond only
-    what its branches use, so the calls computing the others become dead code (ExportDB's
+    """The cond's arguments without the operands neither lowered branch reads, and the
+    branches without their placeholders: torch's lowering passes a cond only what its
+    branches use, so the calls computing the others become dead code (ExportDB's
     `cond_closed_over_variable` passes `x + 1` and reads `x` only). The capture keeps the
-    operands the program passed, as the program's own call. Which operands go is decided by
-    the program's branches too, not only by their lowering, so that a lowering at pinned
-    sizes (where a size operand is a constant nobody reads) keeps the same operands."""
+    operands the program passed, as the program's own call."""
     branches = (true_branch.module, false_branch.module)
     inputs = [[n for n in branch.graph.nodes if n.op == "placeholder"] for branch in branches]
-    sources = [[n for n in branch.source.graph.nodes if n.op == "placeholder"] for branch in (true_branch, false_branch)]
-    read = [i for i in range(len(operands)) if any(placeholders[i].users for placeholders in inputs + sources)]
+    read = [i for i in range(len(operands)) if any(placeholders[i].users for placeholders in inputs)]
     if len(read) < len(operands):
         for branch, placeholders in zip(branches, inputs):
             for i, placeholder in enumerate(placeholders):
