@@ -28,12 +28,6 @@ from bench import exportdb, harness  # noqa: E402
 from bench.harness import OK  # noqa: E402
 
 CASES = exportdb.all_cases()
-# Known differences from torch's lowering (strict xfails).
-DIFFERENCES = {
-    # torch's lowering drops a cond operand neither branch reads (`x + 1` here); graphport's
-    # capture keeps the operands the program passed, and the call computing it.
-    "cond_closed_over_variable": "a cond operand no branch reads is kept, with the call computing it",
-}
 _NOT_COMPARED = {"aten._assert_tensor_metadata.default", "aten.alias.default", "aten.sym_size.int",
                  "<built-in function getitem>"}
 
@@ -108,13 +102,8 @@ def test_exportdb_case_lowers_to_core_aten_and_matches_eager(name):
         assert outcome.status == OK, f"{outcome.error_type}: {outcome.message}"
 
 
-def _compared_with_torch() -> list:
-    return [pytest.param(name, marks=[pytest.mark.xfail(reason=DIFFERENCES[name], strict=True, raises=AssertionError)]
-                         if name in DIFFERENCES else []) for name in CASES]
-
-
 @pytest.mark.slow
-@pytest.mark.parametrize("name", _compared_with_torch())
+@pytest.mark.parametrize("name", list(CASES))
 def test_exportdb_case_lowers_to_torch_operators(name):
     if _LOWERED[name] is None:
         pytest.skip("graphport refuses this case at export")

@@ -18,7 +18,7 @@ import torch.fx as fx
 
 from .. import _torch
 from ..op_args import map_args
-from ..errors import InternalError, UnsupportedFeatureError
+from ..errors import InternalError
 from ..ops.views import COVERS_SOURCE, ViewStep, replay, scatter_back
 from ..passes.metadata import DEVICE_KEY
 from ..source import user_stack
@@ -130,13 +130,8 @@ class Recorder:
 
     def _size_in(self, scope: Scope, v) -> Any:
         if scope.parent is None:
-            if self.sizes is None:   # a graph replayed on its own (a control-flow subgraph, lowered)
-                raise UnsupportedFeatureError(
-                    "run_decompositions cannot lower yet a control-flow branch or loop body that computes with a "
-                    "symbolic size it receives (a SymInt operand, or a dynamic dim read inside it)",
-                    fix="compute the size-dependent part outside the branch and pass its result in as a tensor "
-                        "operand, or lower a program exported with a static size for that input; the program as "
-                        "exported (without run_decompositions) runs as it is")
+            if self.sizes is None:
+                raise InternalError(f"the size {v} reached a graph recorded without a shape environment")
             return self.sizes.value(v, self._emit_root)
         outer = self._size_in(scope.parent, v)
         return scope.size(outer, outer) if isinstance(outer, fx.Node) else outer

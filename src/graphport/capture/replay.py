@@ -29,6 +29,7 @@ from ..passes.metadata import capture_value
 from .data_dependent import assert_fact, bind_symbol
 from .environment import capture_environment
 from .mode import CaptureMode
+from .received_sizes import ReceivedSizes
 from .recorder import Recorder
 from .sizes import SizeValues, is_sym
 from .tracer import TracerTensor
@@ -58,6 +59,7 @@ class ReplayInputs:
     user_inputs: list[str] = field(default_factory=list)   # user-input placeholder names, in flat order
     env: Any = None                                   # the program's ShapeEnv, when its sizes are symbolic
     named: frozenset[str] = frozenset()   # nodes named outside the graph (preserved call signatures)
+    subgraph: bool = False   # a control-flow subgraph: its sizes come from its own placeholders
 
 
 @dataclass
@@ -77,14 +79,17 @@ def replay(gm: fx.GraphModule, policy: DispatchPolicy, inputs: ReplayInputs) -> 
     for p in placeholders:
         values[p] = _placeholder(rec, p, inputs)
     known = set(rec.constant_values)
-    if inputs.env is not None:
+    if inputs.env is not None and inputs.subgraph:
+        rec.sizes = ReceivedSizes(inputs.env, [(made, values[p]) for made, p in zip(rec.placeholders, placeholders)])
+    elif inputs.env is not None:
         by_name = {n.name: n for n in rec.placeholders}
         rec.sizes = SizeValues(inputs.env, {i: by_name[name] for i, name in enumerate(inputs.user_inputs)})
     owner = torch.nn.Module()
     keep: set[fx.Node] = set()
     made_by = _symbols_made_by(gm, inputs.env)
+    made_here = {sym for node, symbols in made_by.items() if node.op != "placeholder" for sym in symbols}
     with capture_environment(None, symbolic=inputs.env is not None), _portable_decompositions(), \
-            _data_dependent_symbols_of(rec, inputs.env), CaptureMode(rec, policy):
+            _data_dependent_symbols_of(rec, inputs.env, made_here), CaptureMode(rec, policy):
         last_meta: dict = {}
         for node in gm.graph.nodes:
             if node.op == "placeholder":
@@ -137,12 +142,13 @@ def _symbols_made_by(gm: fx.GraphModule, env) -> dict[fx.Node, list]:
 
 
 @contextlib.contextmanager
-def _data_dependent_symbols_of(rec: Recorder, env):
+def _data_dependent_symbols_of(rec: Recorder, env, made_here: set):
     """During the replay, the program's data-dependent symbols are made again by the nodes
     that made them (same names, same known ranges) and bound to the replay's nodes, and a
     fact a decomposition states is recorded in the replay's graph. The source program's
     bindings, facts and ranges are restored afterwards: it is left as it was, and a fact
-    only the lowered graph checks is not assumed for it."""
+    only the lowered graph checks is not assumed for it. `made_here`: the symbols this
+    graph's own nodes make (a subgraph also receives symbols the outer graph made)."""
     if env is None:
         yield
         return
@@ -156,7 +162,7 @@ def _data_dependent_symbols_of(rec: Recorder, env):
     unbacked.asserter = assert_here
     try:
         yield
-        _keep_binding_names(rec, bound)
+        _keep_binding_names(rec, {sym: name for sym, name in bound.items() if sym in made_here})
     finally:
         unbacked.asserter = asserter
         unbacked.reuse.clear()
@@ -218,11 +224,12 @@ def _run(rec: Recorder, gm: fx.GraphModule, node: fx.Node, values: dict, policy:
             raise UnsupportedFeatureError(f"the program reads the attribute {node.target}, which is not a subgraph",
                                           fix="export the program with graphport, whose graphs read no attributes")
         with _torch.outside_dispatch_modes():   # its meta computations are not this graph's constants
-            lowered = replay(sub, policy, ReplayInputs(devices=inputs.devices)).graph_module
+            lowered = replay(sub, policy, ReplayInputs(devices=inputs.devices, env=inputs.env,
+                                                       subgraph=True)).graph_module
         owner.add_module(node.target, lowered)
         made = rec.root.graph.get_attr(node.target)
         made.meta.update(node.meta)
-        return _Subgraph(made)
+        return _Subgraph(made, lowered)
     target = node.target
     if node.op != "call_function":
         raise UnsupportedFeatureError(f"the program's graph has a {node.op} node ({node.name}), which the IR "
@@ -272,21 +279,45 @@ def _assert_scalar(rec: Recorder, env, cond, message: str) -> None:
 
 
 class _Subgraph:
-    """A replayed subgraph: its `get_attr` node, passed to the operator that uses it."""
-    def __init__(self, node: fx.Node):
+    """A replayed subgraph: its `get_attr` node, passed to the operator that uses it, and
+    the lowered graph module it names."""
+    def __init__(self, node: fx.Node, module: fx.GraphModule):
         self.node = node
+        self.module = module
 
 
 def _record_as_is(rec: Recorder, node: fx.Node, args, kwargs) -> Any:
     """An operator whose arguments include subgraphs: recorded as it was, its subgraphs
-    replaced by their replays."""
-    node_args, node_kwargs = pytree.tree_map(
-        lambda a: a.node if isinstance(a, _Subgraph) else rec.graph_arg(a), (args, kwargs))
+    replaced by their replays (a cond without the operands no branch reads)."""
+    if node.target is torch.ops.higher_order.cond:
+        args = _without_unread_operands(*args)
+    with _torch.outside_dispatch_modes():   # size nodes (a predicate `s0 > 4`) are computed on metadata, not captured
+        node_args, node_kwargs = pytree.tree_map(
+            lambda a: a.node if isinstance(a, _Subgraph) else rec.graph_arg(a), (args, kwargs))
     val = capture_value(node.meta["val"])
     made = rec.node(node.target, node_args, node_kwargs, val)
     device = next((a.device for a in pytree.tree_leaves((args, kwargs)) if isinstance(a, torch.Tensor)),
                   torch.device("cpu"))
     return rec.wrap(val, made, device)
+
+
+def _without_unread_operands(pred, true_branch: _Subgraph, false_branch: _Subgraph, operands) -> tuple:
+    """The cond's arguments without the operands neither lowered branch reads, and the
+    branches without their placeholders: torch's lowering passes a cond only what its
+    branches use, so the calls computing the others become dead code (ExportDB's
+    `cond_closed_over_variable` passes `x + 1` and reads `x` only). The capture keeps the
+    operands the program passed, as the program's own call."""
+    branches = (true_branch.module, false_branch.module)
+    inputs = [[n for n in branch.graph.nodes if n.op == "placeholder"] for branch in branches]
+    read = [i for i in range(len(operands)) if any(placeholders[i].users for placeholders in inputs)]
+    if len(read) < len(operands):
+        for branch, placeholders in zip(branches, inputs):
+            for i, placeholder in enumerate(placeholders):
+                if i not in read:
+                    branch.graph.erase_node(placeholder)
+            branch.recompile()
+        operands = type(operands)(operands[i] for i in read)
+    return pred, true_branch, false_branch, operands
 
 
 def _graph_value(rec: Recorder, value: Any) -> Any:
