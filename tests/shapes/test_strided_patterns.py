@@ -3,9 +3,13 @@
 Each pattern is exported by graphport and by torch.export with the same spec. Where
 torch.export accepts it, graphport must too (no false violations from an algebra that
 cannot compare strided sizes), and the program must match eager at sizes across the
-ranges, their ends included. Where torch.export refuses (often because an intermediate
-size can be 1, which it specializes), graphport either refuses too or, having proven the
-small sizes by tracing there, exports a program that matches eager at the ends of the range.
+ranges, the smallest included. Where both refuse, they must refuse for the same
+constraint: the sizes graphport's message allows are the sizes torch.export's allows
+(`refusals.py` reads both messages by meaning). The exceptions are listed with their
+reasons: patterns graphport exports because it proved the sizes where a dim is 1
+(GRAPHPORT_ALSO_PROVES_SIZE_ONE), and refusals where graphport allows more sizes than
+torch.export, each with a spec in between that graphport exports and torch refuses,
+checked against eager (GRAPHPORT_REFUSES_LESS).
 """
 from __future__ import annotations
 
@@ -17,6 +21,8 @@ import torch.nn.functional as F
 from torch import nn
 
 import graphport as gp
+
+from .refusals import declared_ranges, differences, grid, read_graphport, read_torch, spec_allows
 
 T = nn.Module
 
@@ -341,7 +347,7 @@ CASES = {
     "patch_embed_stride16": (lambda: StridedConvTokens(16, 16, 0), (2, 3, 224, 224), lambda a: image_multiple(a, 16, 2, 16), [(1, 32, 48), (2, 256, 64)]),
     "conv_stack": (ConvStack, (2, 3, 64, 64), lambda a: image(a, 32, 256), [(1, 32, 32), (2, 45, 77), (1, 256, 256)]),
     "conv_stack_dilated": (lambda: ConvStack(dilation=2), (2, 3, 64, 64), lambda a: image(a, 64, 256), [(1, 64, 64), (2, 99, 130)]),
-    "conv_stack_deep": (lambda: ConvStack(depth=6), (1, 3, 256, 256), lambda a: image(a, 128, 512), [(1, 128, 128), (2, 300, 511)]),
+    "conv_stack_deep": (lambda: ConvStack(depth=6), (2, 3, 256, 256), lambda a: image(a, 128, 512), [(1, 128, 128), (2, 300, 511)]),
     "overlapping_patches": (OverlappingPatches, (2, 3, 160, 192), lambda a: image(a, 128, 256), [(1, 128, 128), (1, 201, 255)]),
     "depthwise_separable": (DepthwiseSeparable, (2, 3, 64, 64), lambda a: image(a, 2, 256), [(1, 2, 2), (3, 31, 77)]),
     "transposed_conv": (TransposedConv, (2, 3, 64, 64), lambda a: image_multiple(a, 2, 2, 64), [(1, 4, 6), (2, 66, 128)]),
@@ -394,6 +400,60 @@ def _api(which):
 
 SLOW = {"pad_to_window", "overlapping_patches", "conv_stack_deep"}   # several seconds each to export or refuse
 
+# Where torch.export refuses and graphport exports. torch.export turns a guard that an
+# intermediate size is not 1 (`(h - 1)//2 + 1 != 1`) into a refusal of the sizes where it
+# is; graphport traces the program again at those sizes and exports when it computes the
+# same there. Each is checked against eager at its range's smallest sizes, the ones torch
+# refuses.
+GRAPHPORT_ALSO_PROVES_SIZE_ONE = {
+    "depthwise_separable": "the strided map is 1x1 at h, w <= 2; torch refuses h, w <= 2",
+    "avgpool_ceil_padded": "torch suggests even sizes from a guard (`2*(h//2) < h + 1`) that holds for every h",
+    "interpolate_bilinear_half": "the half-size output is 1 at h, w in {2, 3}; torch refuses them",
+    "audio_framing": "a single frame at t < 24; torch refuses t in 16..23",
+    "upsample_to_input": "the 1/4 map is 1 wide at h, w <= 4; torch refuses them",
+    "audio_spectrogram_cnn": "torch suggests even lengths from a guard (`2*((t - 1)//2) < t`) that holds for every t",
+    "audio_avgpool_ceil": "torch suggests t = 3*k - 2 from a guard (`3*(t//3) - 3 < t`) that holds for every t",
+    "audio_conv_stem_positions": "one frame at t <= 2, which torch refuses",
+}
+
+# Where both refuse, but graphport's constraint allows sizes torch's does not: graphport
+# records the question the program asks of the whole shape; torch.export asks it of each
+# dim (or suggests a range narrower than its own guards). Each entry is (why, a spec inside
+# graphport's constraint and outside torch's, sizes to check there): graphport must export
+# it and match eager at those sizes, torch.export must refuse it.
+def _witness(a, h, w, hi):
+    return {"x": {0: a.Dim("b", min=1, max=8), 2: a.Dim("h", min=h, max=hi), 3: a.Dim("w", min=w, max=hi)}}
+
+
+GRAPHPORT_REFUSES_LESS = {
+    "maxpool_ceil": ("flatten(1) asks whether the pooled map has one element (h = w = 3); torch asks h//2 != 1 and "
+                     "w//2 != 1 apart, and suggests even sizes from a guard that holds for every h",
+                     lambda a: _witness(a, 3, 4, 256), [(1, 3, 4), (2, 3, 255)]),
+    "unfold_patches": ("transpose asks whether the patch grid is one column (w <= 2); torch also refuses h = 2",
+                       lambda a: _witness(a, 2, 3, 128), [(1, 2, 3), (2, 2, 128)]),
+    "channels_last_downsample": ("flatten asks whether the map is one column (w <= 3); torch also refuses h < 4",
+                                 lambda a: _witness(a, 2, 4, 256), [(1, 2, 4), (2, 3, 100)]),
+}
+
+
+def _export_both(model, example, spec):
+    """(torch.export's error or None, graphport's program or error)."""
+    try:
+        torch.export.export(model, (example,), dynamic_shapes=spec(torch.export)())
+        torch_error = None
+    except Exception as e:   # noqa: BLE001 (torch raises several UserError types)
+        torch_error = e
+    try:
+        return torch_error, gp.export(model, (example,), dynamic_shapes=spec(gp)())
+    except gp.ConstraintViolationError as e:
+        return torch_error, e
+
+
+def _assert_matches_eager(ep, model, name, shape, sizes):
+    for i, size in enumerate(sizes):
+        x = _example(name, _input_shape(name, size, shape), seed=i + 1)
+        torch.testing.assert_close(ep.module()(x), model(x), atol=1e-5, rtol=1e-5)
+
 
 @pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.slow) if n in SLOW else n for n in CASES])
 def test_pattern_exports_where_torch_export_does_and_matches_eager(name):
@@ -401,22 +461,47 @@ def test_pattern_exports_where_torch_export_does_and_matches_eager(name):
     torch.manual_seed(0)
     model = make().eval()
     example = _example(name, shape)
-
-    def run(api):   # each pattern's forward names its input as its spec does
-        return api.export(model, (example,), dynamic_shapes=spec(api)())
-
-    try:
-        run(_api("torch"))
-        torch_ok = True
-    except Exception:
-        torch_ok = False
-    try:
-        ep = run(gp)
-    except gp.ConstraintViolationError:
-        if torch_ok:
-            raise
+    torch_error, ep = _export_both(model, example, spec)
+    if isinstance(ep, Exception):
+        assert torch_error is not None, f"torch.export exports {name}; graphport refuses it:\n{ep}"
+        _assert_same_constraint(name, ep, torch_error, spec)
         return
-    for i, size in enumerate(sizes):
-        x = _example(name, _input_shape(name, size, shape), seed=i + 1)
-        torch.testing.assert_close(ep.module()(x), model(x), atol=1e-5, rtol=1e-5)
+    assert torch_error is None or name in GRAPHPORT_ALSO_PROVES_SIZE_ONE, (
+        f"torch.export refuses {name} and graphport exports it; say why in GRAPHPORT_ALSO_PROVES_SIZE_ONE:\n"
+        f"{torch_error}")
+    _assert_matches_eager(ep, model, name, shape, sizes)
 
+
+def _assert_same_constraint(name, gp_error, torch_error, spec):
+    """The sizes graphport's refusal allows are the sizes torch.export's allows: those its
+    guards allow, or those its suggested fixes allow (torch's two can disagree: it lists
+    `t - 14 != 1` and suggests min=15). When both suggest fixes, the fixed specs accept the
+    same sizes."""
+    gp_spec, torch_spec = spec(gp)(), spec(torch.export)()
+    mine, theirs = read_graphport(gp_error, gp_spec), read_torch(torch_error, gp_spec, torch_spec)
+    points = grid(declared_ranges(gp_spec))
+    by_guards = differences(points, mine.allows, theirs.allows)
+    by_fix = differences(points, mine.allows, lambda p: spec_allows(theirs.refined, gp_spec, p)) \
+        if theirs.refined is not None else by_guards
+    fixes_differ = differences(points, lambda p: spec_allows(mine.refined, gp_spec, p),
+                               lambda p: spec_allows(theirs.refined, gp_spec, p)) \
+        if mine.refined is not None and theirs.refined is not None else []
+    same = (not by_guards or not by_fix) and not fixes_differ
+    if name in GRAPHPORT_REFUSES_LESS:
+        assert not same, f"{name} is listed in GRAPHPORT_REFUSES_LESS, but both refusals now allow the same sizes"
+        assert all("graphport allows" in d for d in by_guards + by_fix), (by_guards, by_fix)
+        return
+    assert same, (f"{name}: graphport's refusal and torch.export's allow different sizes\n"
+                  f"by torch's guards: {by_guards}\nby torch's fixes: {by_fix}\nfixes: {fixes_differ}\n"
+                  f"graphport: {[g for g, _ in mine.guards]}\ntorch.export: {[g for g, _ in theirs.guards]}")
+
+
+@pytest.mark.parametrize("name", sorted(GRAPHPORT_REFUSES_LESS))
+def test_where_graphport_refuses_less_than_torch_export_the_sizes_between_are_right(name):
+    make, shape, _, _ = CASES[name]
+    _, witness, sizes = GRAPHPORT_REFUSES_LESS[name]
+    torch.manual_seed(0)
+    model = make().eval()
+    torch_error, ep = _export_both(model, _example(name, shape), lambda a: lambda: witness(a))
+    assert torch_error is not None and not isinstance(ep, Exception), (torch_error, ep)
+    _assert_matches_eager(ep, model, name, shape, sizes)

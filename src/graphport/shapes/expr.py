@@ -41,7 +41,11 @@ class FloorDiv(sympy.Function):
         if a == 0:
             return sympy.Integer(0)
         if not b.is_Integer:
-            return _exact_quotient(a, b)
+            quotient = _exact_quotient(a, b)
+            if quotient is not None:
+                return quotient
+            cancelled = _cancel_common_factors(a, b)
+            return FloorDiv(cancelled[0], cancelled[1]) if cancelled else None
         if b > 0:
             return _floordiv_by_constant(a, int(b))
         return None
@@ -110,6 +114,10 @@ class Mod(sympy.Function):
             return None
         if not b.is_Integer and _exact_quotient(a, b) is not None:
             return sympy.Integer(0)
+        if not b.is_Integer:
+            cancelled = _cancel_common_factors(a, b)
+            if cancelled:   # (g*x) % (g*y) == g * (x % y) for every g != 0
+                return cancelled[2] * Mod(cancelled[0], cancelled[1])
         return None
 
     def _sympystr(self, printer):
@@ -141,6 +149,25 @@ def _exact_quotient(a, b):
     if not all(c.is_Integer for c in poly.coeffs()):
         return None
     return quotient.xreplace({atom: expr for expr, atom in table.items()})
+
+
+def _cancel_common_factors(a, b) -> tuple | None:
+    """(a', b', g) with a == g*a' and b == g*b' for the factors and the integer content two
+    products share, or None when they share none: (32*n*x) // (128*n) is x // 4, as
+    (g*a') // (g*b') == a' // b' for every g != 0 (and at g == 0 both sides divide by 0).
+    Only products: sums are left to the exact quotient."""
+    (ca, ra), (cb, rb) = a.as_coeff_Mul(), b.as_coeff_Mul()
+    if not (ca.is_Integer and cb.is_Integer) or cb == 0:
+        return None
+    fa, fb = Counter(sympy.Mul.make_args(ra)), Counter(sympy.Mul.make_args(rb))
+    shared = Counter({f: n for f, n in (fa & fb).items() if f.is_integer and f != 1})
+    content = math.gcd(int(ca), int(cb))
+    if not shared and content == 1:
+        return None
+    g = sympy.Mul(*[f ** n for f, n in shared.items()])
+    rest_a = sympy.Mul(*[f ** n for f, n in (fa - shared).items()])
+    rest_b = sympy.Mul(*[f ** n for f, n in (fb - shared).items()])
+    return int(ca) // content * rest_a, int(cb) // content * rest_b, content * g
 
 
 def _divisible(term, k: int) -> bool:
@@ -270,6 +297,12 @@ class _Reasoner:
         lo, hi = self.bounds(diff)
         if not diff.is_Add or _settled(lo, hi):
             return lo, hi
+        exact = _without_exact_divisions(diff)
+        if exact is not None:   # a size padded up to a multiple, divided by it: h_pad//4 is h_pad/4
+            e_lo, e_hi = self.sign_bounds(exact)
+            lo, hi = _max(lo, e_lo), _min(hi, e_hi)
+            if _settled(lo, hi):
+                return lo, hi
         floor_terms = [t for t in diff.args if isinstance(t, FloorDiv) or (
             t.is_Mul and any(isinstance(f, FloorDiv) for f in t.args))]
         if len(floor_terms) == 1:
@@ -402,6 +435,31 @@ def bounds(expr: sympy.Expr, ranges: dict[sympy.Symbol, ValueRange]) -> tuple:
 def refine(expr: sympy.Basic, ranges: dict[sympy.Symbol, ValueRange]) -> sympy.Basic:
     """Drop Max/Min/Mod/FloorDiv whose outcome the ranges settle (Max(1, s) -> s when s >= 1)."""
     return _reasoner(ranges).refine(expr)
+
+
+def _without_exact_divisions(diff: sympy.Expr) -> sympy.Expr | None:
+    """`diff` expanded with every `a // k` whose remainder `a % k` is 0 for all values
+    (`(h + (-h) % 4) // 4`) written as `a / k`, or None when it has none. The normal form
+    keeps such a division (a / k has fractional coefficients); comparisons need the
+    quotient, or `3*h_pad*w_pad == 48*(h_pad//4)*(w_pad//4)` stays open."""
+    if not diff.has(FloorDiv):
+        return None
+    changed, terms = False, []
+    for term in sympy.Add.make_args(diff):   # the divisions that are factors of a term, not those
+        factors = []                         # inside another division or modulo
+        for factor in sympy.Mul.make_args(term):
+            base, exp = factor.as_base_exp()
+            if isinstance(base, FloorDiv) and exp.is_Integer and exp > 0 and _exactly_divisible(base):
+                factor, changed = (base.args[0] / base.args[1]) ** exp, True
+            factors.append(factor)
+        terms.append(sympy.Mul(*factors))
+    return sympy.expand(sympy.Add(*terms)) if changed else None
+
+
+@lru_cache(maxsize=4096)
+def _exactly_divisible(div: FloorDiv) -> bool:
+    num, den = div.args
+    return den.is_Integer and den > 0 and Mod(num, den) == 0
 
 
 def _common_factor(diff: sympy.Expr) -> sympy.Expr | None:
