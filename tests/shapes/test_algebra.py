@@ -48,13 +48,20 @@ def _combine(children):
             return Mod(k * ea * eb, 2 * k * eb), lambda p: (k * fa(p) * fb(p)) % (2 * k * fb(p))
         if op == "padded_quotient":   # a padded up to a multiple of k, divided by k
             return FloorDiv(ea + Mod(-ea, k), k), lambda p: (fa(p) + (-fa(p)) % k) // k
+        if op == "windows" and not ea.free_symbols:
+            return ea + eb, lambda p: fa(p) + fb(p)
+        if op == "windows":   # a padded size over its number of windows: k, where there is one
+            padded = ea + Mod(-ea, k)
+            return FloorDiv(padded, FloorDiv(padded, k)) + Mod(padded, FloorDiv(padded, k)), \
+                lambda p: (fa(p) + (-fa(p)) % k) // ((fa(p) + (-fa(p)) % k) // k) + \
+                (fa(p) + (-fa(p)) % k) % ((fa(p) + (-fa(p)) % k) // k)
         if op.endswith("factor") and eb == 0:
             return ea + eb, lambda p: fa(p) + fb(p)
         if op == "floordiv_factor":   # (a * b) // b: exact where b != 0
             return FloorDiv(ea * eb, eb), lambda p: (fa(p) * fb(p)) // fb(p)
         return Mod(ea * eb, eb), lambda p: (fa(p) * fb(p)) % fb(p)
     ops = st.sampled_from(["add", "sub", "mul", "floordiv_const", "mod_const", "floordiv_factor", "mod_factor",
-                           "floordiv_scaled", "mod_scaled", "padded_quotient", "max", "min"])
+                           "floordiv_scaled", "mod_scaled", "padded_quotient", "windows", "max", "min"])
     return st.builds(build, ops, children, children, st.integers(1, 6))
 
 
@@ -189,3 +196,26 @@ def test_a_size_padded_to_a_multiple_equals_the_multiple_of_its_quotient(inner, 
     for point, (vi, vo) in _defined_values(lambda p: (fi(p), fo(p)), ranges):
         vp = vi + (-vi) % k
         assert c * vp * vo == c * k * (vp // k) * vo, (rel, point)
+
+
+@settings(max_examples=300, deadline=None)
+@given(size_expressions, size_expressions, size_expressions, st.integers(1, 6), st.integers(-3, 3),
+       st.sampled_from(sorted(RELATIONS, key=str)), size_ranges)
+def test_differences_of_two_floor_divisions_are_decided_only_where_true(first, second, rest, k, c, relation, ranges):
+    """c*(a//k) - c*(b//k) + r compared with 0: the paired-division bound is never wrong."""
+    (e1, f1), (e2, f2), (e3, f3) = first, second, rest
+    expr = c * FloorDiv(e1, k) - c * FloorDiv(e2, k) + e3
+    verdict = decide(relation(expr, 0, evaluate=False), ranges)
+    if verdict is None:
+        return
+    for point, value in _defined_values(lambda p: c * (f1(p) // k) - c * (f2(p) // k) + f3(p), ranges):
+        assert RELATIONS[relation](value, 0) == verdict, (relation(expr, 0, evaluate=False), point, ranges)
+
+
+@pytest.mark.parametrize("rel, ranges", [
+    (sympy.Le(FloorDiv(a, 4), FloorDiv(a + 3, 4)), {a: ValueRange(0, 256)}),           # a crop to a pooled size
+    (sympy.Ge(-FloorDiv(-a, 4), 0), {a: ValueRange(0, 256)}),                          # a ceiling as -(-a // 4)
+    (sympy.Ne(-4 * FloorDiv(-a, 4), -FloorDiv(-a, 4)), {a: ValueRange(1, 256)}),
+])
+def test_relations_the_paired_and_signed_division_bounds_settle(rel, ranges):
+    assert decide(rel, ranges) is True

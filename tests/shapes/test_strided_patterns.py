@@ -7,7 +7,7 @@ ranges, the smallest included. Where both refuse, they must refuse for the same
 constraint: the sizes graphport's message allows are the sizes torch.export's allows
 (`refusals.py` reads both messages by meaning). The exceptions are listed with their
 reasons: patterns graphport exports because it proved the sizes where a dim is 1
-(GRAPHPORT_ALSO_PROVES_SIZE_ONE), and refusals where graphport allows more sizes than
+(TORCH_EXPORT_ALONE_REFUSES), and refusals where graphport allows more sizes than
 torch.export, each with a spec in between that graphport exports and torch refuses,
 checked against eager (GRAPHPORT_REFUSES_LESS).
 """
@@ -319,6 +319,74 @@ class InterpolateFractional(T):
         return F.interpolate(x, scale_factor=1.5, mode="nearest")
 
 
+class ShiftedWindows(T):
+    """Swin's window attention on a dynamic image: patch tokens in channels-last order,
+    padded up to a multiple of the window, shifted by half a window, attended within each
+    window, then unshifted and cropped back."""
+    def __init__(self, window=7, dim=8):
+        super().__init__()
+        self.window, self.embed, self.qkv = window, nn.Conv2d(3, dim, 4, 4), nn.Linear(dim, 3 * dim)
+
+    def forward(self, x):
+        x = self.embed(x).permute(0, 2, 3, 1)
+        b, h, w, c = x.shape
+        win = self.window
+        x = F.pad(x, (0, 0, 0, (win - w % win) % win, 0, (win - h % win) % win))
+        hp, wp = x.shape[1], x.shape[2]
+        x = torch.roll(x, (-(win // 2), -(win // 2)), (1, 2))
+        windows = x.view(b, hp // win, win, wp // win, win, c).permute(0, 1, 3, 2, 4, 5).reshape(-1, win * win, c)
+        q, k, v = self.qkv(windows).chunk(3, -1)
+        out = torch.softmax(q @ k.transpose(1, 2), -1) @ v
+        out = out.view(b, hp // win, wp // win, win, win, c).permute(0, 1, 3, 2, 4, 5).reshape(b, hp, wp, c)
+        return torch.roll(out, (win // 2, win // 2), (1, 2))[:, :h, :w]
+
+
+class CeilChunks(T):
+    """Audio chunking: the number of chunks as a ceiling written with floor division,
+    `(t + n - 1) // n`, the wave padded to that many chunks, each chunk projected."""
+    def __init__(self, chunk=160):
+        super().__init__()
+        self.chunk, self.proj = chunk, nn.Linear(chunk, 8)
+
+    def forward(self, wave):
+        b, t = wave.shape
+        chunks = (t + self.chunk - 1) // self.chunk
+        return self.proj(F.pad(wave, (0, chunks * self.chunk - t)).view(b, chunks, self.chunk))
+
+
+class NegativeFloorCeil(T):
+    """A patch grid's height as `-(-h // p)` (a ceiling as a negated floor division): rows
+    padded to whole patches, then averaged per patch row."""
+    def __init__(self, patch=4):
+        super().__init__()
+        self.patch = patch
+
+    def forward(self, x):
+        b, c, h, w = x.shape
+        rows = -(-h // self.patch)
+        x = F.pad(x, (0, 0, 0, rows * self.patch - h))
+        return x.view(b, c, rows, self.patch, w).mean(3)
+
+
+class NestedFloorLengths(T):
+    """One length reached along two paths: `(t // 2) // 3` (two strided poolings) and
+    `t // 6` (one), which must be seen to be the same to add the two."""
+    def forward(self, wave):
+        x = wave[:, None]
+        twice = F.avg_pool1d(F.avg_pool1d(x, 2), 3)
+        once = F.avg_pool1d(x, 6)
+        return (twice + once)[:, 0]
+
+
+class NestedFloorCrop(T):
+    """A feature pyramid: two stride-2 poolings give `(h // 2) // 2`; the input strided by 4
+    has `(h + 3) // 4` rows, cropped to the pooled map's size before they are added."""
+    def forward(self, x):
+        pooled = F.max_pool2d(F.max_pool2d(x, 2), 2)
+        ph, pw = pooled.shape[-2:]
+        return pooled + x[:, :, ::4, ::4][:, :, :ph, :pw]
+
+
 def image(api, lo=32, hi=256, batch=True):
     spec = {2: api.Dim("h", min=lo, max=hi), 3: api.Dim("w", min=lo, max=hi)}
     if batch:
@@ -378,6 +446,11 @@ CASES = {
     "audio_avgpool_ceil": (AvgPoolTime, (2, 400), lambda a: audio(a, 5), [(1, 5), (3, 401)]),
     "audio_reflect_framing": (ReflectFraming, (2, 400), lambda a: audio(a, 16), [(1, 16), (3, 401)]),
     "audio_conv_stem_positions": (ConvStemWithPositions, (2, 8, 300), lambda a: sequence(a, "mel", 2, 3000, axis=2), [(1, 8, 2), (3, 8, 3000), (2, 8, 777)]),
+    "shifted_windows": (ShiftedWindows, (2, 3, 64, 80), lambda a: image(a, 32, 256), [(1, 32, 32), (2, 60, 101), (1, 256, 255)]),
+    "ceil_chunks": (CeilChunks, (2, 4000), lambda a: audio(a, 161), [(1, 161), (3, 320), (2, 16000)]),
+    "negative_floor_ceil": (NegativeFloorCeil, (2, 3, 30, 16), lambda a: image(a, 5, 128), [(1, 5, 5), (2, 8, 9), (1, 127, 64)]),
+    "nested_floor_lengths": (NestedFloorLengths, (2, 400), lambda a: audio(a, 12), [(1, 12), (3, 401), (2, 16000)]),
+    "nested_floor_crop": (NestedFloorCrop, (2, 3, 64, 48), lambda a: image(a, 8, 256), [(1, 8, 8), (2, 45, 77), (1, 256, 9)]),
 }
 
 def _example(name, shape, seed=0):
@@ -400,12 +473,12 @@ def _api(which):
 
 SLOW = {"pad_to_window", "overlapping_patches", "conv_stack_deep"}   # several seconds each to export or refuse
 
-# Where torch.export refuses and graphport exports. torch.export turns a guard that an
-# intermediate size is not 1 (`(h - 1)//2 + 1 != 1`) into a refusal of the sizes where it
-# is; graphport traces the program again at those sizes and exports when it computes the
-# same there. Each is checked against eager at its range's smallest sizes, the ones torch
-# refuses.
-GRAPHPORT_ALSO_PROVES_SIZE_ONE = {
+# Where torch.export refuses and graphport exports, and why graphport is right. Mostly
+# torch.export turns a guard that an intermediate size is not 1 (`(h - 1)//2 + 1 != 1`)
+# into a refusal of the sizes where it is; graphport traces the program again at those
+# sizes and exports when it computes the same there. Each is checked against eager at its
+# range's smallest sizes, the ones torch refuses.
+TORCH_EXPORT_ALONE_REFUSES = {
     "depthwise_separable": "the strided map is 1x1 at h, w <= 2; torch refuses h, w <= 2",
     "avgpool_ceil_padded": "torch suggests even sizes from a guard (`2*(h//2) < h + 1`) that holds for every h",
     "interpolate_bilinear_half": "the half-size output is 1 at h, w in {2, 3}; torch refuses them",
@@ -414,6 +487,9 @@ GRAPHPORT_ALSO_PROVES_SIZE_ONE = {
     "audio_spectrogram_cnn": "torch suggests even lengths from a guard (`2*((t - 1)//2) < t`) that holds for every t",
     "audio_avgpool_ceil": "torch suggests t = 3*k - 2 from a guard (`3*(t//3) - 3 < t`) that holds for every t",
     "audio_conv_stem_positions": "one frame at t <= 2, which torch refuses",
+    "shifted_windows": "torch cannot prove that a size padded to a multiple of 7 over its number of windows is 7 "
+                       "(`hp // (hp // 7) == 7`); graphport reads hp as 7*(hp // 7)",
+    "nested_floor_crop": "torch suggests multiples of 4 from `h//4 <= (h + 3)//4`, which holds for every h",
 }
 
 # Where both refuse, but graphport's constraint allows sizes torch's does not: graphport
@@ -466,8 +542,8 @@ def test_pattern_exports_where_torch_export_does_and_matches_eager(name):
         assert torch_error is not None, f"torch.export exports {name}; graphport refuses it:\n{ep}"
         _assert_same_constraint(name, ep, torch_error, spec)
         return
-    assert torch_error is None or name in GRAPHPORT_ALSO_PROVES_SIZE_ONE, (
-        f"torch.export refuses {name} and graphport exports it; say why in GRAPHPORT_ALSO_PROVES_SIZE_ONE:\n"
+    assert torch_error is None or name in TORCH_EXPORT_ALONE_REFUSES, (
+        f"torch.export refuses {name} and graphport exports it; say why in TORCH_EXPORT_ALONE_REFUSES:\n"
         f"{torch_error}")
     _assert_matches_eager(ep, model, name, shape, sizes)
 
@@ -475,17 +551,19 @@ def test_pattern_exports_where_torch_export_does_and_matches_eager(name):
 def _assert_same_constraint(name, gp_error, torch_error, spec):
     """The sizes graphport's refusal allows are the sizes torch.export's allows: those its
     guards allow, or those its suggested fixes allow (torch's two can disagree: it lists
-    `t - 14 != 1` and suggests min=15). When both suggest fixes, the fixed specs accept the
-    same sizes."""
+    `t - 14 != 1` and suggests min=15). When both suggest fixes and torch's agree with its
+    own guards, the two fixed specs accept the same sizes."""
     gp_spec, torch_spec = spec(gp)(), spec(torch.export)()
     mine, theirs = read_graphport(gp_error, gp_spec), read_torch(torch_error, gp_spec, torch_spec)
     points = grid(declared_ranges(gp_spec))
     by_guards = differences(points, mine.allows, theirs.allows)
-    by_fix = differences(points, mine.allows, lambda p: spec_allows(theirs.refined, gp_spec, p)) \
-        if theirs.refined is not None else by_guards
-    fixes_differ = differences(points, lambda p: spec_allows(mine.refined, gp_spec, p),
-                               lambda p: spec_allows(theirs.refined, gp_spec, p)) \
-        if mine.refined is not None and theirs.refined is not None else []
+    by_fix = by_guards
+    fixes_differ = []
+    if theirs.refined is not None:
+        torch_fix = lambda p: spec_allows(theirs.refined, gp_spec, p)   # noqa: E731
+        by_fix = differences(points, mine.allows, torch_fix)
+        if mine.refined is not None and not differences(points, theirs.allows, torch_fix):
+            fixes_differ = differences(points, lambda p: spec_allows(mine.refined, gp_spec, p), torch_fix)
     same = (not by_guards or not by_fix) and not fixes_differ
     if name in GRAPHPORT_REFUSES_LESS:
         assert not same, f"{name} is listed in GRAPHPORT_REFUSES_LESS, but both refusals now allow the same sizes"

@@ -151,6 +151,18 @@ def _satisfying_interval(rel, sym: sympy.Symbol, declared) -> tuple[int, int] | 
     return allowed[0], allowed[-1]
 
 
+def _holds_across_the_range(rel, shapes: InputShapes) -> bool:
+    """Whether a guard on one dim holds at every size of its declared range, evaluated at
+    each (`h//4 <= (h + 3)//4` where the range reasoning could not say): such a guard is
+    implied by the spec, not a violation."""
+    syms = rel.free_symbols
+    if len(syms) != 1:
+        return False
+    sym = next(iter(syms))
+    declared = shapes.env.symbols[sym].declared
+    return _satisfying_interval(rel, sym, declared) == (declared.lower, declared.upper)
+
+
 def _divisibility(rel, syms) -> int | None:
     """k when `rel` is Mod(sym, k) == 0 for a single size symbol."""
     if not isinstance(rel, sympy.Eq) or len(syms) != 1:
@@ -180,6 +192,8 @@ def check(shapes: InputShapes, small_sizes: dict | None = None) -> list[Guard]:
             rel = env.simplify(guard.rel)
             if rel is not sympy.true:   # an equality is already a replacement; the rest is checked per call
                 kept.append(Guard(rel, guard.location))
+        elif _holds_across_the_range(guard.rel, shapes):
+            continue
         else:
             explained = _explain(guard, shapes, fixes)
             if explained is None:
