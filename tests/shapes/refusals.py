@@ -155,9 +155,11 @@ def grid(ranges: dict[str, tuple[int, int]], dense: int = 48) -> list[Point]:
     return [dict(p) for p in itertools.product(*axes)]
 
 
-def spec_allows(refined, original: dict, point: Point) -> bool:
+def spec_allows(refined, original: dict, point: Point, examples: dict | None = None) -> bool:
     """Whether the spec `refined` (one exporter's spec after its suggested fixes) accepts the
-    sizes `point`, named after the Dims of the original graphport spec `original`."""
+    sizes `point`, named after the Dims of the original graphport spec `original`. A dim a
+    fix made static (graphport drops it from the spec) keeps its size in `examples`
+    (argument name -> example shape)."""
     roots: dict[str, int] = {}
     for arg, axes in original.items():
         for axis, dim in axes.items():
@@ -165,7 +167,9 @@ def spec_allows(refined, original: dict, point: Point) -> bool:
             entry = refined[arg].get(axis) if isinstance(refined.get(arg), dict) else None
             size = point[name] if not hasattr(dim, "root") else dim.coeff * point[name] + dim.offset
             if entry is None:                # a dim the fixes made static: the example's size stays
-                return False
+                entry = (examples or {}).get(arg, {})[axis] if arg in (examples or {}) else None
+                if entry is None:
+                    return False
             if isinstance(entry, int):
                 if size != entry:
                     return False

@@ -554,16 +554,17 @@ def _assert_same_constraint(name, gp_error, torch_error, spec):
     `t - 14 != 1` and suggests min=15). When both suggest fixes and torch's agree with its
     own guards, the two fixed specs accept the same sizes."""
     gp_spec, torch_spec = spec(gp)(), spec(torch.export)()
+    examples = {next(iter(gp_spec)): CASES[name][1]}
     mine, theirs = read_graphport(gp_error, gp_spec), read_torch(torch_error, gp_spec, torch_spec)
     points = grid(declared_ranges(gp_spec))
     by_guards = differences(points, mine.allows, theirs.allows)
     by_fix = by_guards
     fixes_differ = []
     if theirs.refined is not None:
-        torch_fix = lambda p: spec_allows(theirs.refined, gp_spec, p)   # noqa: E731
+        torch_fix = lambda p: spec_allows(theirs.refined, gp_spec, p, examples)   # noqa: E731
         by_fix = differences(points, mine.allows, torch_fix)
         if mine.refined is not None and not differences(points, theirs.allows, torch_fix):
-            fixes_differ = differences(points, lambda p: spec_allows(mine.refined, gp_spec, p), torch_fix)
+            fixes_differ = differences(points, lambda p: spec_allows(mine.refined, gp_spec, p, examples), torch_fix)
     same = (not by_guards or not by_fix) and not fixes_differ
     if name in GRAPHPORT_REFUSES_LESS:
         assert not same, f"{name} is listed in GRAPHPORT_REFUSES_LESS, but both refusals now allow the same sizes"
