@@ -542,8 +542,9 @@ def test_pattern_exports_where_torch_export_does_and_matches_eager(name):
         assert torch_error is not None, f"torch.export exports {name}; graphport refuses it:\n{ep}"
         _assert_same_constraint(name, ep, torch_error, spec)
         return
-    assert torch_error is None or name in TORCH_EXPORT_ALONE_REFUSES, (
-        f"torch.export refuses {name} and graphport exports it; say why in TORCH_EXPORT_ALONE_REFUSES:\n"
+    assert (torch_error is None) == (name not in TORCH_EXPORT_ALONE_REFUSES), (
+        f"torch.export {'refuses' if torch_error else 'exports'} {name} and graphport exports it: "
+        f"TORCH_EXPORT_ALONE_REFUSES must list exactly the patterns torch refuses, with the reason\n"
         f"{torch_error}")
     _assert_matches_eager(ep, model, name, shape, sizes)
 
