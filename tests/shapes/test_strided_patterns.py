@@ -585,3 +585,20 @@ def test_where_graphport_refuses_less_than_torch_export_the_sizes_between_are_ri
     torch_error, ep = _export_both(model, _example(name, shape), lambda a: lambda: witness(a))
     assert torch_error is not None and not isinstance(ep, Exception), (torch_error, ep)
     _assert_matches_eager(ep, model, name, shape, sizes)
+
+
+def test_a_guard_on_one_dim_suggests_the_interval_it_allows_and_that_spec_exports():
+    """`int(math.ceil(h / 2) * 2) == 32` is no rule's shape (not linear, not a divisibility):
+    evaluated over the declared range it allows h in 31..32, which the error suggests, and
+    the suggested spec exports and matches eager at both ends."""
+    model = CeilToPatches().eval()
+    spec = {"x": {1: gp.Dim("h", min=1, max=128)}}
+    example = torch.randn(2, 31, 32)
+    with pytest.raises(gp.ConstraintViolationError) as refused:
+        gp.export(model, (example,), dynamic_shapes=spec)
+    assert "h = Dim('h', min=31, max=32)" in str(refused.value)
+    ep = gp.export(model, (example,), dynamic_shapes=gp.refine_dynamic_shapes_from_suggested_fixes(
+        refused.value.msg, spec))
+    for h in (31, 32):
+        x = torch.randn(2, h, 32)
+        torch.testing.assert_close(ep.module()(x), model(x))

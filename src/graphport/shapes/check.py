@@ -21,7 +21,7 @@ from ..source import SourceLocation
 from .dims import DerivedDim, Dim
 from .contract import InputDimension, Relation, ShapeContract, SymbolFact
 from .env import Guard
-from .expr import INF, Mod, ValueRange, bounds
+from .expr import INF, FloorDiv, Mod, ValueRange, bounds
 from .spec import InputShapes
 
 
@@ -137,6 +137,11 @@ def _satisfying_interval(rel, sym: sympy.Symbol, declared) -> tuple[int, int] | 
     nonempty interval, found by evaluating `rel` at each of them; None otherwise."""
     if declared.upper == INF or declared.upper - declared.lower > _ENUMERATED_SIZES:
         return None
+    # integer arithmetic only, evaluated exactly: no fractions or floats (rounding), and no
+    # function Python would not evaluate as the algebra means it
+    if any(not n.is_Integer for n in rel.atoms(sympy.Number)) or \
+            any(not isinstance(f, (FloorDiv, Mod, sympy.Max, sympy.Min)) for f in rel.atoms(sympy.Function)):
+        return None
     holds = sympy.lambdify([sym], rel, modules=[{"FloorDiv": operator.floordiv, "Mod": operator.mod,
                                                    "Max": builtins.max, "Min": builtins.min}, "math"])
     allowed = []
@@ -159,7 +164,10 @@ def _holds_across_the_range(rel, shapes: InputShapes) -> bool:
     if len(syms) != 1:
         return False
     sym = next(iter(syms))
-    declared = shapes.env.symbols[sym].declared
+    info = shapes.env.symbols.get(sym)
+    if info is None:   # not an input's size (a data-dependent one): no declared range to evaluate over
+        return False
+    declared = info.declared
     return _satisfying_interval(rel, sym, declared) == (declared.lower, declared.upper)
 
 
