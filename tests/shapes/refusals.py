@@ -196,8 +196,8 @@ def _root_value(entry, size: int) -> int | None:
         value = next((r for r in range(max(root.min, 0), min(root.max, 10 ** 5) + 1) if entry.fn(r) == size), None)
         if value is None:
             return None
-    lo, hi = getattr(root if root is not None else entry, "min"), getattr(root if root is not None else entry, "max")
-    return value if lo <= value <= hi else None
+    ranged = root if root is not None else entry
+    return value if ranged.min <= value <= ranged.max else None
 
 
 def differences(points: list[Point], mine: Callable[[Point], bool], theirs: Callable[[Point], bool],
