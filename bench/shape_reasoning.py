@@ -347,10 +347,13 @@ def _main_patterns(options: argparse.Namespace) -> None:
         from shapes.test_strided_patterns import CASES
         names = list(CASES)
     rows = []
-    for name in names:
-        after = _run_child(REPO / "src", name, options.rounds, options.timeout, pattern=True)
-        before = _run_child(options.before, name, options.rounds, options.timeout, pattern=True) \
-            if options.before else None
+    for i, name in enumerate(names):   # checkouts alternate which runs first, as machine load drifts
+        results: dict[str, Any] = {}
+        for which in (["after", "before"] if i % 2 == 0 else ["before", "after"]):
+            if which == "after" or options.before:
+                src = REPO / "src" if which == "after" else options.before
+                results[which] = _run_child(src, name, options.rounds, options.timeout, pattern=True)
+        after, before = results["after"], results.get("before")
         print(json.dumps(after), json.dumps(before), flush=True)
         rows.append((after, before))
     table = _pattern_table(rows)
