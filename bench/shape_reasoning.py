@@ -14,6 +14,14 @@ caches are emptied before every timed dynamic export, so a round does not profit
 previous one. Checkouts alternate per model, so machine load affects both alike.
 
     python bench/shape_reasoning.py --before /tmp/base18/src [--rounds 3] [--write]
+
+With --patterns NAME..., it times shape patterns of the corpus (tests/shapes/
+test_strided_patterns.py; `all` for every one) instead: graphport's export or refusal
+against torch.export's on the same program and spec, alternating within one process per
+checkout, medians reported, with graphport's reasoning time. A refusal is timed like an
+export: it is what a user waits for before reading the constraint.
+
+    python bench/shape_reasoning.py --patterns pad_to_window shifted_windows [--before SRC] [--write]
 """
 from __future__ import annotations
 
@@ -30,6 +38,7 @@ from typing import Any, Callable
 
 REPO = Path(__file__).resolve().parent.parent
 SECTION = "## Shape reasoning per model (bench/shape_reasoning.py)"
+PATTERN_SECTION = "## Shape patterns: graphport against torch.export (bench/shape_reasoning.py --patterns)"
 
 IMAGE_RANGE = (64, 256)     # torch.export and graphport both refuse DETR/SegFormer below 33
 AUDIO_RANGE = (1000, 16000)
@@ -170,11 +179,78 @@ def _measure(name: str, rounds: int) -> dict[str, Any]:
             "reasoning_s": statistics.median(reasoning), "status": outcome[0], "detail": outcome[1]}
 
 
+def _pattern(name: str):
+    sys.path.insert(0, str(REPO / "tests"))
+    from shapes import test_strided_patterns as corpus
+    import torch
+    make, shape, spec, _ = corpus.CASES[name]
+    torch.manual_seed(0)
+    return make().eval(), corpus._example(name, shape), spec
+
+
+def _timed_outcome(export: Callable[[], Any]) -> tuple[float, str]:
+    start = time.perf_counter()
+    try:
+        export()
+        outcome = "exports"
+    except Exception as error:   # noqa: BLE001 (torch.export raises several types)
+        outcome = f"refuses ({type(error).__name__})"
+    return time.perf_counter() - start, outcome
+
+
+def _measure_pattern(name: str, rounds: int) -> dict[str, Any]:
+    import torch
+    import graphport as gp
+
+    model, example, spec = _pattern(name)
+
+    def ours() -> Any:
+        return gp.export(model, (example,), dynamic_shapes=spec(gp)())
+
+    def theirs() -> Any:
+        return torch.export.export(model, (example,), dynamic_shapes=spec(torch.export)())
+
+    _reset_algebra_caches()
+    _timed_outcome(ours)
+    _timed_outcome(theirs)
+    times: dict[str, list[float]] = {"graphport": [], "reasoning": [], "torch": []}
+    outcomes = {}
+    for i in range(rounds):
+        for which in (["graphport", "torch"] if i % 2 == 0 else ["torch", "graphport"]):
+            if which == "torch":
+                elapsed, outcomes["torch"] = _timed_outcome(theirs)
+                times["torch"].append(elapsed)
+                continue
+            _reset_algebra_caches()
+            total = [0.0]
+            with _timed_shape_env(total):
+                elapsed, outcomes["graphport"] = _timed_outcome(ours)
+            times["graphport"].append(elapsed)
+            times["reasoning"].append(total[0])
+    return {"model": name, **{f"{k}_s": statistics.median(v) for k, v in times.items()},
+            "graphport": outcomes["graphport"], "torch": outcomes["torch"]}
+
+
+def _pattern_table(rows: list[tuple[dict, dict | None]]) -> str:
+    lines = ["| pattern | graphport | graphport s | of which reasoning s | torch.export | torch.export s | "
+             "graphport / torch.export | graphport s before |\n|" + "---|" * 8]
+    for after, before in rows:
+        if "graphport_s" not in after:
+            lines.append(f"| {after['model']} | {after['status']} |" + " - |" * 6)
+            continue
+        earlier = _fmt(before["graphport_s"]) + f" ({before['graphport']})" if before and "graphport_s" in before \
+            else "-"
+        lines.append(f"| {after['model']} | {after['graphport']} | {_fmt(after['graphport_s'])} | "
+                     f"{_fmt(after['reasoning_s'])} | {after['torch']} | {_fmt(after['torch_s'])} | "
+                     f"{_fmt(after['graphport_s'] / after['torch_s'])} | {earlier} |")
+    return "\n".join(lines)
+
+
 # --------------------------------------------------------------------------- driving (parent)
 
-def _run_child(src: Path, name: str, rounds: int, timeout: float) -> dict[str, Any]:
+def _run_child(src: Path, name: str, rounds: int, timeout: float, pattern: bool = False) -> dict[str, Any]:
     env = {**os.environ, "PYTHONPATH": f"{src}{os.pathsep}{REPO}"}
-    command = [sys.executable, __file__, "--child", name, "--rounds", str(rounds)]
+    command = [sys.executable, __file__, "--child", name, "--rounds", str(rounds)] + (["--patterns"] if pattern else [])
     try:
         done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=timeout)
     except subprocess.TimeoutExpired:
@@ -210,12 +286,12 @@ def _table(rows: list[tuple[dict, dict | None]]) -> str:
     return "\n".join(lines)
 
 
-def _write_section(text: str) -> None:
+def _write_section(text: str, section: str = SECTION) -> None:
     path = REPO / "bench" / "RESULTS.md"
     current = path.read_text()
-    if SECTION in current:
-        start = current.index(SECTION)
-        end = current.find("\n## ", start + len(SECTION))
+    if section in current:
+        start = current.index(section)
+        end = current.find("\n## ", start + len(section))
         current = current[:start] + text + ("\n" + current[end + 1:] if end != -1 else "")
     else:
         current = current.rstrip("\n") + "\n\n" + text
@@ -229,10 +305,15 @@ def main() -> None:
     parser.add_argument("--models", nargs="*", default=TRANSFORMERS + ZOO_DYNAMIC_SIZE)
     parser.add_argument("--timeout", type=float, default=1200)
     parser.add_argument("--write", action="store_true", help="replace this script's section of bench/RESULTS.md")
+    parser.add_argument("--patterns", nargs="*", help="corpus patterns to time against torch.export ('all': every one)")
     parser.add_argument("--child", help=argparse.SUPPRESS)
     options = parser.parse_args()
     if options.child:
-        print(json.dumps(_measure(options.child, options.rounds)), flush=True)
+        measure = _measure_pattern if options.patterns is not None else _measure
+        print(json.dumps(measure(options.child, options.rounds)), flush=True)
+        return
+    if options.patterns is not None:
+        _main_patterns(options)
         return
     rows = []
     for i, name in enumerate(options.models):
@@ -257,6 +338,33 @@ def main() -> None:
                        f"({IMAGE_RANGE[0]}..{IMAGE_RANGE[1]}), audio in batch and length "
                        f"({AUDIO_RANGE[0]}..{AUDIO_RANGE[1]}); zoo models use bench/zoo.py's dynamic specs.\n\n"
                        f"{table}\n")
+
+
+def _main_patterns(options: argparse.Namespace) -> None:
+    names = options.patterns
+    if names in ([], ["all"]):
+        sys.path.insert(0, str(REPO / "tests"))
+        from shapes.test_strided_patterns import CASES
+        names = list(CASES)
+    rows = []
+    for i, name in enumerate(names):   # checkouts alternate which runs first, as machine load drifts
+        results: dict[str, Any] = {}
+        for which in (["after", "before"] if i % 2 == 0 else ["before", "after"]):
+            if which == "after" or options.before:
+                src = REPO / "src" if which == "after" else options.before
+                results[which] = _run_child(src, name, options.rounds, options.timeout, pattern=True)
+        after, before = results["after"], results.get("before")
+        print(json.dumps(after), json.dumps(before), flush=True)
+        rows.append((after, before))
+    table = _pattern_table(rows)
+    print(table)
+    if options.write:
+        command = "python bench/shape_reasoning.py --patterns " + " ".join(options.patterns) + \
+            (f" --before {options.before}" if options.before else "") + f" --rounds {options.rounds}"
+        _write_section(f"{PATTERN_SECTION}\n\nMedians of {options.rounds} rounds, graphport and torch.export "
+                       f"alternating in one process per pattern (`{command}`). A refusal is timed like an export. "
+                       "\"reasoning\" is graphport's time inside the shape environment; \"before\" is graphport "
+                       "at the checkout given with --before.\n\n" + table + "\n", PATTERN_SECTION)
 
 
 if __name__ == "__main__":

@@ -40,13 +40,28 @@ def _combine(children):
             return sympy.Max(ea, eb), lambda p: max(fa(p), fb(p))
         if op == "min":
             return sympy.Min(ea, eb), lambda p: min(fa(p), fb(p))
+        if op.endswith("scaled") and eb == 0:
+            return ea + eb, lambda p: fa(p) + fb(p)
+        if op == "floordiv_scaled":   # (k*a*b) // (2*k*b): shared factors and content cancel
+            return FloorDiv(k * ea * eb, 2 * k * eb), lambda p: (k * fa(p) * fb(p)) // (2 * k * fb(p))
+        if op == "mod_scaled":
+            return Mod(k * ea * eb, 2 * k * eb), lambda p: (k * fa(p) * fb(p)) % (2 * k * fb(p))
+        if op == "padded_quotient":   # a padded up to a multiple of k, divided by k
+            return FloorDiv(ea + Mod(-ea, k), k), lambda p: (fa(p) + (-fa(p)) % k) // k
+        if op == "windows" and not ea.free_symbols:
+            return ea + eb, lambda p: fa(p) + fb(p)
+        if op == "windows":   # a padded size over its number of windows: k, where there is one
+            padded = ea + Mod(-ea, k)
+            return FloorDiv(padded, FloorDiv(padded, k)) + Mod(padded, FloorDiv(padded, k)), \
+                lambda p: (fa(p) + (-fa(p)) % k) // ((fa(p) + (-fa(p)) % k) // k) + \
+                (fa(p) + (-fa(p)) % k) % ((fa(p) + (-fa(p)) % k) // k)
         if op.endswith("factor") and eb == 0:
             return ea + eb, lambda p: fa(p) + fb(p)
         if op == "floordiv_factor":   # (a * b) // b: exact where b != 0
             return FloorDiv(ea * eb, eb), lambda p: (fa(p) * fb(p)) // fb(p)
         return Mod(ea * eb, eb), lambda p: (fa(p) * fb(p)) % fb(p)
     ops = st.sampled_from(["add", "sub", "mul", "floordiv_const", "mod_const", "floordiv_factor", "mod_factor",
-                           "max", "min"])
+                           "floordiv_scaled", "mod_scaled", "padded_quotient", "windows", "max", "min"])
     return st.builds(build, ops, children, children, st.integers(1, 6))
 
 
@@ -109,6 +124,8 @@ def test_normal_form_evaluates_as_python_does(pair):
     (Mod(3 * x + 7, 3), 1),
     (Mod(x + Mod(4 - Mod(x, 4), 4), 4), 0),                                 # padded up to a multiple
     (Mod(y + 2 * Mod(x, 6), 3), Mod(y + 2 * x, 3)),
+    (FloorDiv(32 * y * FloorDiv(x + 7, 8), 128 * y), FloorDiv(x + 7, 32)),   # MobileViT's (32*b*n)//(128*b)
+    (Mod(6 * y * x, 4 * y), 2 * y * Mod(3 * x, 2)),
 ])
 def test_forms_that_must_meet(built, normal):
     assert sympy.expand(built - normal) == 0
@@ -158,6 +175,47 @@ def test_bounds_and_refine_hold_at_every_point_of_the_ranges(pair, ranges):
     # grouping: b*x - b - x + 1 is (b - 1)*(x - 1), > 0 once b >= 2; at b = 1 it is 0
     (b * (FloorDiv(a, 20) - 1), FloorDiv(a, 20) - 1, {a: ValueRange(1000, 16000), b: ValueRange(2, 8)}, False),
     (b * (FloorDiv(a, 20) - 1), FloorDiv(a, 20) - 1, {a: ValueRange(1000, 16000), b: ValueRange(1, 8)}, None),
+    # exact division of a padded size: 4*(h_pad//4) is h_pad, but 4*(h//4) is not h
+    (3 * (a + Mod(-a, 4)) * (c + Mod(-c, 4)), 48 * FloorDiv(a + Mod(-a, 4), 4) * FloorDiv(c + Mod(-c, 4), 4),
+     {a: ValueRange(1, 128), c: ValueRange(1, 128)}, True),
+    (4 * FloorDiv(a, 4), a, {a: ValueRange(1, 128)}, None),
 ])
 def test_equalities_the_refinements_must_leave_open_or_settle(lhs, rhs, ranges, verdict):
     assert decide(sympy.Eq(lhs, rhs, evaluate=False), ranges) is verdict
+
+
+@settings(max_examples=200, deadline=None)
+@given(size_expressions, size_expressions, st.integers(1, 6), st.integers(1, 4), size_ranges)
+def test_a_size_padded_to_a_multiple_equals_the_multiple_of_its_quotient(inner, other, k, c, ranges):
+    """Windowed attention pads h up to h_pad = h + (-h) % k and views h_pad as (h_pad//k, k):
+    c*h_pad*o == c*k*(h_pad//k)*o must be decided True, and is true at every point."""
+    (ei, fi), (eo, fo) = inner, other
+    padded = ei + Mod(-ei, k)
+    rel = sympy.Eq(c * padded * eo, c * k * FloorDiv(padded, k) * eo, evaluate=False)
+    assert decide(rel, ranges) is True, rel
+    for point, (vi, vo) in _defined_values(lambda p: (fi(p), fo(p)), ranges):
+        vp = vi + (-vi) % k
+        assert c * vp * vo == c * k * (vp // k) * vo, (rel, point)
+
+
+@settings(max_examples=300, deadline=None)
+@given(size_expressions, size_expressions, size_expressions, st.integers(1, 6), st.integers(-3, 3),
+       st.sampled_from(sorted(RELATIONS, key=str)), size_ranges)
+def test_differences_of_two_floor_divisions_are_decided_only_where_true(first, second, rest, k, c, relation, ranges):
+    """c*(a//k) - c*(b//k) + r compared with 0: the paired-division bound is never wrong."""
+    (e1, f1), (e2, f2), (e3, f3) = first, second, rest
+    expr = c * FloorDiv(e1, k) - c * FloorDiv(e2, k) + e3
+    verdict = decide(relation(expr, 0, evaluate=False), ranges)
+    if verdict is None:
+        return
+    for point, value in _defined_values(lambda p: c * (f1(p) // k) - c * (f2(p) // k) + f3(p), ranges):
+        assert RELATIONS[relation](value, 0) == verdict, (relation(expr, 0, evaluate=False), point, ranges)
+
+
+@pytest.mark.parametrize("rel, ranges", [
+    (sympy.Le(FloorDiv(a, 4), FloorDiv(a + 3, 4)), {a: ValueRange(0, 256)}),           # a crop to a pooled size
+    (sympy.Ge(-FloorDiv(-a, 4), 0), {a: ValueRange(0, 256)}),                          # a ceiling as -(-a // 4)
+    (sympy.Ne(-4 * FloorDiv(-a, 4), -FloorDiv(-a, 4)), {a: ValueRange(1, 256)}),
+])
+def test_relations_the_paired_and_signed_division_bounds_settle(rel, ranges):
+    assert decide(rel, ranges) is True

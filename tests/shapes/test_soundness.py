@@ -432,6 +432,7 @@ SWEEP = [0, 1, 2, 3, 5, 8, 13, 64, 65]
 TORCH_OVER_REFUSES = {
     ("slice_half", "Dim"): "cannot prove the always-true guard (s // 2) <= s; suggests s = 2*_s",
     ("slice_inner", "Dim"): "its guard solver fails: Expected op to be '==', got <= for 5/2 <= s",
+    ("sym_min", "Dim"): "cannot prove the always-true guard min(5, s) <= s (graphport evaluates it over 0..64)",
 }
 
 

@@ -1,8 +1,8 @@
 """Held-out vision and audio models (transformers configs, random weights) exported with a
 dynamic image size or audio length: DETR, SegFormer, HuBERT and WavLM export and match
-eager across their ranges, the smallest size included; MobileViT is refused, as
-torch.export refuses it, because its unfolding turns the image size into a Python int
-(`int(math.ceil(h / p) * p)`), which fixes the size to the example's.
+eager across their ranges, the smallest size included; MobileViT is refused for the
+constraint torch.export reports, because its unfolding turns the image size into a Python
+int (`int(math.ceil(h / p) * p)`), which fixes the size to the example's.
 
 Images range over 64..256: below 33 both exporters refuse DETR and SegFormer, whose last
 stage is then a single row or column (a true constraint, which graphport reports)."""
@@ -13,6 +13,9 @@ import torch
 import transformers as tf
 
 import graphport as gp
+
+from .helpers import assert_names_location, suggested_fixes
+from .refusals import declared_ranges, differences, grid, read_graphport, read_torch, spec_allows
 
 pytestmark = pytest.mark.slow    # each model takes several seconds to export
 
@@ -83,8 +86,40 @@ def test_detr_below_33_is_refused_with_the_size_that_makes_the_last_stage_one_wi
         gp.export(model, (torch.randn(2, 3, 64, 64),), dynamic_shapes=_image_spec(gp, lo=32))
 
 
-def test_mobilevit_is_refused_because_its_unfolding_turns_the_size_into_an_int():
-    """torch.export refuses it as well (guard `2*math.ceil(...) == 8` on the image size)."""
+MOBILEVIT_SIZE_LINE = "else int(math.ceil(orig_height / patch_height) * patch_height)"
+
+
+def test_mobilevit_is_refused_for_the_constraint_torch_export_reports_with_a_fix_that_exports():
+    """Both exporters refuse MobileViT's dynamic image size: its unfolding computes
+    `int(math.ceil(h / p) * p)`, a Python int that fixes h and w to the example's 64. The
+    sizes graphport's refusal allows are those torch.export's allows, its message points at
+    that transformers line, and its suggested fix exports and matches eager.
+
+    One difference, on the batch: graphport also suggests b >= 2. Its small-size pass
+    compares the trace at b = 1, where the violated guards have fixed h and w, with the
+    general trace, where they are symbolic; once h and w are fixed as both exporters
+    suggest, b = 1 exports (checked below). torch.export does not narrow b."""
+    import transformers.models.mobilevit.modeling_mobilevit as source
+
     model = _model(_mobilevit)
-    with pytest.raises(gp.ConstraintViolationError, match="modeling_mobilevit.py"):
-        gp.export(model, (torch.randn(2, 3, 64, 64),), dynamic_shapes=_image_spec(gp))
+    x = torch.randn(2, 3, 64, 64)
+    spec, torch_spec = _image_spec(gp), _image_spec(torch.export)
+    with pytest.raises(Exception) as theirs:   # torch raises its UserError
+        torch.export.export(model, (x,), dynamic_shapes=torch_spec)
+    with pytest.raises(gp.ConstraintViolationError) as ours:
+        gp.export(model, (x,), dynamic_shapes=spec)
+    mine, torch_refusal = read_graphport(ours.value, spec), read_torch(theirs.value, spec, torch_spec)
+    points = [p for p in grid(declared_ranges(spec), dense=24) if p["b"] >= 2]
+    assert not differences(points, mine.allows, torch_refusal.allows)
+    examples = {"pixel_values": x.shape}
+    assert not differences(points, lambda p: spec_allows(mine.refined, spec, p, examples),
+                           lambda p: spec_allows(torch_refusal.refined, spec, p, examples))
+    msg = str(ours.value)
+    assert_names_location(msg, source.__file__, MOBILEVIT_SIZE_LINE)
+    assert {"h = 64", "w = 64"} <= set(suggested_fixes(msg))
+    fixed = gp.refine_dynamic_shapes_from_suggested_fixes(msg, spec)
+    fixed["pixel_values"][0] = gp.Dim("b", min=1, max=8)
+    ep = gp.export(model, (x,), dynamic_shapes=fixed)
+    for batch in (1, 3):
+        y = torch.randn(batch, 3, 64, 64, generator=torch.Generator().manual_seed(batch))
+        torch.testing.assert_close(ep.module()(y).last_hidden_state, model(y).last_hidden_state, atol=1e-4, rtol=1e-4)

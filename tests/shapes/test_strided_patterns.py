@@ -3,9 +3,13 @@
 Each pattern is exported by graphport and by torch.export with the same spec. Where
 torch.export accepts it, graphport must too (no false violations from an algebra that
 cannot compare strided sizes), and the program must match eager at sizes across the
-ranges, their ends included. Where torch.export refuses (often because an intermediate
-size can be 1, which it specializes), graphport either refuses too or, having proven the
-small sizes by tracing there, exports a program that matches eager at the ends of the range.
+ranges, the smallest included. Where both refuse, they must refuse for the same
+constraint: the sizes graphport's message allows are the sizes torch.export's allows
+(`refusals.py` reads both messages by meaning). The exceptions are listed with their
+reasons: patterns graphport exports because it proved the sizes where a dim is 1
+(TORCH_EXPORT_ALONE_REFUSES), and refusals where graphport allows more sizes than
+torch.export, each with a spec in between that graphport exports and torch refuses,
+checked against eager (GRAPHPORT_REFUSES_LESS).
 """
 from __future__ import annotations
 
@@ -17,6 +21,8 @@ import torch.nn.functional as F
 from torch import nn
 
 import graphport as gp
+
+from .refusals import declared_ranges, differences, grid, read_graphport, read_torch, spec_allows
 
 T = nn.Module
 
@@ -313,6 +319,74 @@ class InterpolateFractional(T):
         return F.interpolate(x, scale_factor=1.5, mode="nearest")
 
 
+class ShiftedWindows(T):
+    """Swin's window attention on a dynamic image: patch tokens in channels-last order,
+    padded up to a multiple of the window, shifted by half a window, attended within each
+    window, then unshifted and cropped back."""
+    def __init__(self, window=7, dim=8):
+        super().__init__()
+        self.window, self.embed, self.qkv = window, nn.Conv2d(3, dim, 4, 4), nn.Linear(dim, 3 * dim)
+
+    def forward(self, x):
+        x = self.embed(x).permute(0, 2, 3, 1)
+        b, h, w, c = x.shape
+        win = self.window
+        x = F.pad(x, (0, 0, 0, (win - w % win) % win, 0, (win - h % win) % win))
+        hp, wp = x.shape[1], x.shape[2]
+        x = torch.roll(x, (-(win // 2), -(win // 2)), (1, 2))
+        windows = x.view(b, hp // win, win, wp // win, win, c).permute(0, 1, 3, 2, 4, 5).reshape(-1, win * win, c)
+        q, k, v = self.qkv(windows).chunk(3, -1)
+        out = torch.softmax(q @ k.transpose(1, 2), -1) @ v
+        out = out.view(b, hp // win, wp // win, win, win, c).permute(0, 1, 3, 2, 4, 5).reshape(b, hp, wp, c)
+        return torch.roll(out, (win // 2, win // 2), (1, 2))[:, :h, :w]
+
+
+class CeilChunks(T):
+    """Audio chunking: the number of chunks as a ceiling written with floor division,
+    `(t + n - 1) // n`, the wave padded to that many chunks, each chunk projected."""
+    def __init__(self, chunk=160):
+        super().__init__()
+        self.chunk, self.proj = chunk, nn.Linear(chunk, 8)
+
+    def forward(self, wave):
+        b, t = wave.shape
+        chunks = (t + self.chunk - 1) // self.chunk
+        return self.proj(F.pad(wave, (0, chunks * self.chunk - t)).view(b, chunks, self.chunk))
+
+
+class NegativeFloorCeil(T):
+    """A patch grid's height as `-(-h // p)` (a ceiling as a negated floor division): rows
+    padded to whole patches, then averaged per patch row."""
+    def __init__(self, patch=4):
+        super().__init__()
+        self.patch = patch
+
+    def forward(self, x):
+        b, c, h, w = x.shape
+        rows = -(-h // self.patch)
+        x = F.pad(x, (0, 0, 0, rows * self.patch - h))
+        return x.view(b, c, rows, self.patch, w).mean(3)
+
+
+class NestedFloorLengths(T):
+    """One length reached along two paths: `(t // 2) // 3` (two strided poolings) and
+    `t // 6` (one), which must be seen to be the same to add the two."""
+    def forward(self, wave):
+        x = wave[:, None]
+        twice = F.avg_pool1d(F.avg_pool1d(x, 2), 3)
+        once = F.avg_pool1d(x, 6)
+        return (twice + once)[:, 0]
+
+
+class NestedFloorCrop(T):
+    """A feature pyramid: two stride-2 poolings give `(h // 2) // 2`; the input strided by 4
+    has `(h + 3) // 4` rows, cropped to the pooled map's size before they are added."""
+    def forward(self, x):
+        pooled = F.max_pool2d(F.max_pool2d(x, 2), 2)
+        ph, pw = pooled.shape[-2:]
+        return pooled + x[:, :, ::4, ::4][:, :, :ph, :pw]
+
+
 def image(api, lo=32, hi=256, batch=True):
     spec = {2: api.Dim("h", min=lo, max=hi), 3: api.Dim("w", min=lo, max=hi)}
     if batch:
@@ -341,7 +415,7 @@ CASES = {
     "patch_embed_stride16": (lambda: StridedConvTokens(16, 16, 0), (2, 3, 224, 224), lambda a: image_multiple(a, 16, 2, 16), [(1, 32, 48), (2, 256, 64)]),
     "conv_stack": (ConvStack, (2, 3, 64, 64), lambda a: image(a, 32, 256), [(1, 32, 32), (2, 45, 77), (1, 256, 256)]),
     "conv_stack_dilated": (lambda: ConvStack(dilation=2), (2, 3, 64, 64), lambda a: image(a, 64, 256), [(1, 64, 64), (2, 99, 130)]),
-    "conv_stack_deep": (lambda: ConvStack(depth=6), (1, 3, 256, 256), lambda a: image(a, 128, 512), [(1, 128, 128), (2, 300, 511)]),
+    "conv_stack_deep": (lambda: ConvStack(depth=6), (2, 3, 256, 256), lambda a: image(a, 128, 512), [(1, 128, 128), (2, 300, 511)]),
     "overlapping_patches": (OverlappingPatches, (2, 3, 160, 192), lambda a: image(a, 128, 256), [(1, 128, 128), (1, 201, 255)]),
     "depthwise_separable": (DepthwiseSeparable, (2, 3, 64, 64), lambda a: image(a, 2, 256), [(1, 2, 2), (3, 31, 77)]),
     "transposed_conv": (TransposedConv, (2, 3, 64, 64), lambda a: image_multiple(a, 2, 2, 64), [(1, 4, 6), (2, 66, 128)]),
@@ -372,6 +446,11 @@ CASES = {
     "audio_avgpool_ceil": (AvgPoolTime, (2, 400), lambda a: audio(a, 5), [(1, 5), (3, 401)]),
     "audio_reflect_framing": (ReflectFraming, (2, 400), lambda a: audio(a, 16), [(1, 16), (3, 401)]),
     "audio_conv_stem_positions": (ConvStemWithPositions, (2, 8, 300), lambda a: sequence(a, "mel", 2, 3000, axis=2), [(1, 8, 2), (3, 8, 3000), (2, 8, 777)]),
+    "shifted_windows": (ShiftedWindows, (2, 3, 64, 80), lambda a: image(a, 32, 256), [(1, 32, 32), (2, 60, 101), (1, 256, 255)]),
+    "ceil_chunks": (CeilChunks, (2, 4000), lambda a: audio(a, 161), [(1, 161), (3, 320), (2, 16000)]),
+    "negative_floor_ceil": (NegativeFloorCeil, (2, 3, 30, 16), lambda a: image(a, 5, 128), [(1, 5, 5), (2, 8, 9), (1, 127, 64)]),
+    "nested_floor_lengths": (NestedFloorLengths, (2, 400), lambda a: audio(a, 12), [(1, 12), (3, 401), (2, 16000)]),
+    "nested_floor_crop": (NestedFloorCrop, (2, 3, 64, 48), lambda a: image(a, 8, 256), [(1, 8, 8), (2, 45, 77), (1, 256, 9)]),
 }
 
 def _example(name, shape, seed=0):
@@ -394,6 +473,63 @@ def _api(which):
 
 SLOW = {"pad_to_window", "overlapping_patches", "conv_stack_deep"}   # several seconds each to export or refuse
 
+# Where torch.export refuses and graphport exports, and why graphport is right. Mostly
+# torch.export turns a guard that an intermediate size is not 1 (`(h - 1)//2 + 1 != 1`)
+# into a refusal of the sizes where it is; graphport traces the program again at those
+# sizes and exports when it computes the same there. Each is checked against eager at its
+# range's smallest sizes, the ones torch refuses.
+TORCH_EXPORT_ALONE_REFUSES = {
+    "depthwise_separable": "the strided map is 1x1 at h, w <= 2; torch refuses h, w <= 2",
+    "avgpool_ceil_padded": "torch suggests even sizes from a guard (`2*(h//2) < h + 1`) that holds for every h",
+    "interpolate_bilinear_half": "the half-size output is 1 at h, w in {2, 3}; torch refuses them",
+    "audio_framing": "a single frame at t < 24; torch refuses t in 16..23",
+    "upsample_to_input": "the 1/4 map is 1 wide at h, w <= 4; torch refuses them",
+    "audio_spectrogram_cnn": "torch suggests even lengths from a guard (`2*((t - 1)//2) < t`) that holds for every t",
+    "audio_avgpool_ceil": "torch suggests t = 3*k - 2 from a guard (`3*(t//3) - 3 < t`) that holds for every t",
+    "audio_conv_stem_positions": "one frame at t <= 2, which torch refuses",
+    "shifted_windows": "torch cannot prove that a size padded to a multiple of 7 over its number of windows is 7 "
+                       "(`hp // (hp // 7) == 7`); graphport reads hp as 7*(hp // 7)",
+    "nested_floor_crop": "torch suggests multiples of 4 from `h//4 <= (h + 3)//4`, which holds for every h",
+}
+
+# Where both refuse, but graphport's constraint allows sizes torch's does not: graphport
+# records the question the program asks of the whole shape; torch.export asks it of each
+# dim (or suggests a range narrower than its own guards). Each entry is (why, a spec inside
+# graphport's constraint and outside torch's, sizes to check there): graphport must export
+# it and match eager at those sizes, torch.export must refuse it.
+def _witness(a, h, w, hi):
+    return {"x": {0: a.Dim("b", min=1, max=8), 2: a.Dim("h", min=h, max=hi), 3: a.Dim("w", min=w, max=hi)}}
+
+
+GRAPHPORT_REFUSES_LESS = {
+    "maxpool_ceil": ("flatten(1) asks whether the pooled map has one element (h = w = 3); torch asks h//2 != 1 and "
+                     "w//2 != 1 apart, and suggests even sizes from a guard that holds for every h",
+                     lambda a: _witness(a, 3, 4, 256), [(1, 3, 4), (2, 3, 255)]),
+    "unfold_patches": ("transpose asks whether the patch grid is one column (w <= 2); torch also refuses h = 2",
+                       lambda a: _witness(a, 2, 3, 128), [(1, 2, 3), (2, 2, 128)]),
+    "channels_last_downsample": ("flatten asks whether the map is one column (w <= 3); torch also refuses h < 4",
+                                 lambda a: _witness(a, 2, 4, 256), [(1, 2, 4), (2, 3, 100)]),
+}
+
+
+def _export_both(model, example, spec):
+    """(torch.export's error or None, graphport's program or error)."""
+    try:
+        torch.export.export(model, (example,), dynamic_shapes=spec(torch.export)())
+        torch_error = None
+    except Exception as e:   # noqa: BLE001 (torch raises several UserError types)
+        torch_error = e
+    try:
+        return torch_error, gp.export(model, (example,), dynamic_shapes=spec(gp)())
+    except gp.ConstraintViolationError as e:
+        return torch_error, e
+
+
+def _assert_matches_eager(ep, model, name, shape, sizes):
+    for i, size in enumerate(sizes):
+        x = _example(name, _input_shape(name, size, shape), seed=i + 1)
+        torch.testing.assert_close(ep.module()(x), model(x), atol=1e-5, rtol=1e-5)
+
 
 @pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.slow) if n in SLOW else n for n in CASES])
 def test_pattern_exports_where_torch_export_does_and_matches_eager(name):
@@ -401,22 +537,68 @@ def test_pattern_exports_where_torch_export_does_and_matches_eager(name):
     torch.manual_seed(0)
     model = make().eval()
     example = _example(name, shape)
-
-    def run(api):   # each pattern's forward names its input as its spec does
-        return api.export(model, (example,), dynamic_shapes=spec(api)())
-
-    try:
-        run(_api("torch"))
-        torch_ok = True
-    except Exception:
-        torch_ok = False
-    try:
-        ep = run(gp)
-    except gp.ConstraintViolationError:
-        if torch_ok:
-            raise
+    torch_error, ep = _export_both(model, example, spec)
+    if isinstance(ep, Exception):
+        assert torch_error is not None, f"torch.export exports {name}; graphport refuses it:\n{ep}"
+        _assert_same_constraint(name, ep, torch_error, spec)
         return
-    for i, size in enumerate(sizes):
-        x = _example(name, _input_shape(name, size, shape), seed=i + 1)
-        torch.testing.assert_close(ep.module()(x), model(x), atol=1e-5, rtol=1e-5)
+    assert (torch_error is None) == (name not in TORCH_EXPORT_ALONE_REFUSES), (
+        f"torch.export {'refuses' if torch_error else 'exports'} {name} and graphport exports it: "
+        f"TORCH_EXPORT_ALONE_REFUSES must list exactly the patterns torch refuses, with the reason\n"
+        f"{torch_error}")
+    _assert_matches_eager(ep, model, name, shape, sizes)
 
+
+def _assert_same_constraint(name, gp_error, torch_error, spec):
+    """The sizes graphport's refusal allows are the sizes torch.export's allows: those its
+    guards allow, or those its suggested fixes allow (torch's two can disagree: it lists
+    `t - 14 != 1` and suggests min=15). When both suggest fixes and torch's agree with its
+    own guards, the two fixed specs accept the same sizes."""
+    gp_spec, torch_spec = spec(gp)(), spec(torch.export)()
+    examples = {next(iter(gp_spec)): CASES[name][1]}
+    mine, theirs = read_graphport(gp_error, gp_spec), read_torch(torch_error, gp_spec, torch_spec)
+    points = grid(declared_ranges(gp_spec))
+    by_guards = differences(points, mine.allows, theirs.allows)
+    by_fix = by_guards
+    fixes_differ = []
+    if theirs.refined is not None:
+        torch_fix = lambda p: spec_allows(theirs.refined, gp_spec, p, examples)   # noqa: E731
+        by_fix = differences(points, mine.allows, torch_fix)
+        if mine.refined is not None and not differences(points, theirs.allows, torch_fix):
+            fixes_differ = differences(points, lambda p: spec_allows(mine.refined, gp_spec, p, examples), torch_fix)
+    same = (not by_guards or not by_fix) and not fixes_differ
+    if name in GRAPHPORT_REFUSES_LESS:
+        assert not same, f"{name} is listed in GRAPHPORT_REFUSES_LESS, but both refusals now allow the same sizes"
+        assert all("graphport allows" in d for d in by_guards + by_fix), (by_guards, by_fix)
+        return
+    assert same, (f"{name}: graphport's refusal and torch.export's allow different sizes\n"
+                  f"by torch's guards: {by_guards}\nby torch's fixes: {by_fix}\nfixes: {fixes_differ}\n"
+                  f"graphport: {[g for g, _ in mine.guards]}\ntorch.export: {[g for g, _ in theirs.guards]}")
+
+
+@pytest.mark.parametrize("name", sorted(GRAPHPORT_REFUSES_LESS))
+def test_where_graphport_refuses_less_than_torch_export_the_sizes_between_are_right(name):
+    make, shape, _, _ = CASES[name]
+    _, witness, sizes = GRAPHPORT_REFUSES_LESS[name]
+    torch.manual_seed(0)
+    model = make().eval()
+    torch_error, ep = _export_both(model, _example(name, shape), lambda a: lambda: witness(a))
+    assert torch_error is not None and not isinstance(ep, Exception), (torch_error, ep)
+    _assert_matches_eager(ep, model, name, shape, sizes)
+
+
+def test_a_guard_on_one_dim_suggests_the_interval_it_allows_and_that_spec_exports():
+    """`int(math.ceil(h / 2) * 2) == 32` is no rule's shape (not linear, not a divisibility):
+    evaluated over the declared range it allows h in 31..32, which the error suggests, and
+    the suggested spec exports and matches eager at both ends."""
+    model = CeilToPatches().eval()
+    spec = {"x": {1: gp.Dim("h", min=1, max=128)}}
+    example = torch.randn(2, 31, 32)
+    with pytest.raises(gp.ConstraintViolationError) as refused:
+        gp.export(model, (example,), dynamic_shapes=spec)
+    assert "h = Dim('h', min=31, max=32)" in str(refused.value)
+    ep = gp.export(model, (example,), dynamic_shapes=gp.refine_dynamic_shapes_from_suggested_fixes(
+        refused.value.msg, spec))
+    for h in (31, 32):
+        x = torch.randn(2, h, 32)
+        torch.testing.assert_close(ep.module()(x), model(x))

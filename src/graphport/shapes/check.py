@@ -8,6 +8,8 @@ range constraints and the contract `ep.module()` checks on every call.
 """
 from __future__ import annotations
 
+import builtins
+import operator
 import re
 from dataclasses import dataclass, field
 from typing import Any
@@ -19,7 +21,7 @@ from ..source import SourceLocation
 from .dims import DerivedDim, Dim
 from .contract import InputDimension, Relation, ShapeContract, SymbolFact
 from .env import Guard
-from .expr import INF, Mod, ValueRange, bounds
+from .expr import INF, FloorDiv, Mod, ValueRange, bounds
 from .spec import InputShapes
 
 
@@ -53,6 +55,9 @@ class _Fixes:
         if hi is not None:
             cur[1] = min(cur[1], hi)
         name = _name(self.shapes, sym)
+        if cur[0] == cur[1]:
+            self.lines[name] = f"{name} = {cur[0]}"
+            return
         args = [repr(name)] + ([f"min={cur[0]}"] if cur[0] != 0 else []) + (
             [f"max={cur[1]}"] if cur[1] != INF else [])
         self.lines[name] = f"{name} = Dim({', '.join(args)})"
@@ -115,8 +120,55 @@ def _explain(guard: Guard, shapes: InputShapes, fixes: _Fixes) -> str | None:
                     f"{readable}{where}")
     if len(syms) > 1 and isinstance(rel, sympy.Eq):
         return None   # an equality no Dim can state (`z == x * y`): checked on every call, as torch.export does
+    interval = _satisfying_interval(rel, syms[0], shapes.env.symbols[syms[0]].declared) if len(syms) == 1 else None
+    if interval is not None:
+        fixes.narrow(syms[0], *interval)
     return (f"- the program requires {readable}{where}, which the ranges of {', '.join(names.values())} do not "
             f"guarantee; restrict the Dims or state the assumption with torch._check on the input sizes")
+
+
+# a guard on one dim that no rule above reads (`2*((h + 1)//2) == 32`, `(h + 7)//8 != 1`) is
+# evaluated at every size of a declared range up to this long, to suggest the range it allows
+_ENUMERATED_SIZES = 20_000
+
+
+def _satisfying_interval(rel, sym: sympy.Symbol, declared) -> tuple[int, int] | None:
+    """(lowest, highest) when the sizes of `declared` that satisfy `rel` are exactly one
+    nonempty interval, found by evaluating `rel` at each of them; None otherwise."""
+    if declared.upper == INF or declared.upper - declared.lower > _ENUMERATED_SIZES:
+        return None
+    # integer arithmetic only, evaluated exactly: no fractions or floats (rounding), and no
+    # function Python would not evaluate as the algebra means it
+    if any(not n.is_Integer for n in rel.atoms(sympy.Number)) or \
+            any(not isinstance(f, (FloorDiv, Mod, sympy.Max, sympy.Min)) for f in rel.atoms(sympy.Function)):
+        return None
+    holds = sympy.lambdify([sym], rel, modules=[{"FloorDiv": operator.floordiv, "Mod": operator.mod,
+                                                   "Max": builtins.max, "Min": builtins.min}, "math"])
+    allowed = []
+    for value in range(int(declared.lower), int(declared.upper) + 1):
+        try:
+            if holds(value):
+                allowed.append(value)
+        except ZeroDivisionError:   # the guard divides by a size that is 0 here: not allowed
+            continue
+    if not allowed or allowed[-1] - allowed[0] + 1 != len(allowed):
+        return None
+    return allowed[0], allowed[-1]
+
+
+def _holds_across_the_range(rel, shapes: InputShapes) -> bool:
+    """Whether a guard on one dim holds at every size of its declared range, evaluated at
+    each (`h//4 <= (h + 3)//4` where the range reasoning could not say): such a guard is
+    implied by the spec, not a violation."""
+    syms = rel.free_symbols
+    if len(syms) != 1:
+        return False
+    sym = next(iter(syms))
+    info = shapes.env.symbols.get(sym)
+    if info is None:   # not an input's size (a data-dependent one): no declared range to evaluate over
+        return False
+    declared = info.declared
+    return _satisfying_interval(rel, sym, declared) == (declared.lower, declared.upper)
 
 
 def _divisibility(rel, syms) -> int | None:
@@ -148,6 +200,8 @@ def check(shapes: InputShapes, small_sizes: dict | None = None) -> list[Guard]:
             rel = env.simplify(guard.rel)
             if rel is not sympy.true:   # an equality is already a replacement; the rest is checked per call
                 kept.append(Guard(rel, guard.location))
+        elif _holds_across_the_range(guard.rel, shapes):
+            continue
         else:
             explained = _explain(guard, shapes, fixes)
             if explained is None:

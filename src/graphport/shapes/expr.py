@@ -41,7 +41,11 @@ class FloorDiv(sympy.Function):
         if a == 0:
             return sympy.Integer(0)
         if not b.is_Integer:
-            return _exact_quotient(a, b)
+            quotient = _exact_quotient(a, b)
+            if quotient is not None:
+                return quotient
+            cancelled = _cancel_common_factors(a, b)
+            return FloorDiv(cancelled[0], cancelled[1]) if cancelled else None
         if b > 0:
             return _floordiv_by_constant(a, int(b))
         return None
@@ -110,6 +114,10 @@ class Mod(sympy.Function):
             return None
         if not b.is_Integer and _exact_quotient(a, b) is not None:
             return sympy.Integer(0)
+        if not b.is_Integer:
+            cancelled = _cancel_common_factors(a, b)
+            if cancelled:   # (g*x) % (g*y) == g * (x % y) for every g != 0
+                return cancelled[2] * Mod(cancelled[0], cancelled[1])
         return None
 
     def _sympystr(self, printer):
@@ -126,9 +134,22 @@ def _drop_inner_mod(term: sympy.Expr, k: int) -> sympy.Expr:
 
 def _exact_quotient(a, b):
     """a / b when it is a polynomial with integer coefficients, divisions inside `a` and
-    `b` taken as atoms (s0*s1 // s0 == s1, b*(t//5) // b == t//5)."""
+    `b` taken as atoms (s0*s1 // s0 == s1, b*(t//5) // b == t//5). A numerator `n` that
+    `b` divides exactly by a constant (`b` has the factor `n // k` and `n % k == 0`) is
+    read as `k*(n // k)`: a size padded to a multiple of 7 over its number of windows is 7."""
     if not (a.free_symbols or b.free_symbols):
         return None
+    quotient = _polynomial_quotient(a, b)
+    if quotient is not None:
+        return quotient
+    multiples = {f.args[0]: f.args[1] * f for f in sympy.Mul.make_args(b)
+                 if isinstance(f, FloorDiv) and _exactly_divisible(f)}
+    if multiples and a.has(*multiples):
+        return _polynomial_quotient(a.xreplace(multiples), b)
+    return None
+
+
+def _polynomial_quotient(a, b):
     table: dict = {}
     a_poly, b_poly = _opaque_atoms(sympy.expand(a), table), _opaque_atoms(sympy.expand(b), table)
     try:
@@ -141,6 +162,25 @@ def _exact_quotient(a, b):
     if not all(c.is_Integer for c in poly.coeffs()):
         return None
     return quotient.xreplace({atom: expr for expr, atom in table.items()})
+
+
+def _cancel_common_factors(a, b) -> tuple | None:
+    """(a', b', g) with a == g*a' and b == g*b' for the factors and the integer content two
+    products share, or None when they share none: (32*n*x) // (128*n) is x // 4, as
+    (g*a') // (g*b') == a' // b' for every g != 0 (and at g == 0 both sides divide by 0).
+    Only products: sums are left to the exact quotient."""
+    (ca, ra), (cb, rb) = a.as_coeff_Mul(), b.as_coeff_Mul()
+    if not (ca.is_Integer and cb.is_Integer) or cb == 0:
+        return None
+    fa, fb = Counter(sympy.Mul.make_args(ra)), Counter(sympy.Mul.make_args(rb))
+    shared = Counter({f: n for f, n in (fa & fb).items() if f.is_integer and f != 1})
+    content = math.gcd(int(ca), int(cb))
+    if not shared and content == 1:
+        return None
+    g = sympy.Mul(*[f ** n for f, n in shared.items()])
+    rest_a = sympy.Mul(*[f ** n for f, n in (fa - shared).items()])
+    rest_b = sympy.Mul(*[f ** n for f, n in (fb - shared).items()])
+    return int(ca) // content * rest_a, int(cb) // content * rest_b, content * g
 
 
 def _divisible(term, k: int) -> bool:
@@ -212,6 +252,8 @@ class _Reasoner:
             (a_lo, a_hi), (b_lo, b_hi) = self.bounds(expr.args[0]), self.bounds(expr.args[1])
             if b_lo > 0 and a_lo >= 0:
                 return (a_lo // b_hi if b_hi != _INF else 0), (a_hi // b_lo if a_hi != _INF else _INF)
+            if b_lo == b_hi and b_lo > 0:   # by a positive constant: monotone in a, of any sign (-h // 4)
+                return _floor_div_bound(a_lo, b_lo), _floor_div_bound(a_hi, b_lo)
             return -_INF, _INF
         if isinstance(expr, Mod):
             b_lo, b_hi = self.bounds(expr.args[1])
@@ -270,8 +312,19 @@ class _Reasoner:
         lo, hi = self.bounds(diff)
         if not diff.is_Add or _settled(lo, hi):
             return lo, hi
+        exact = _without_exact_divisions(diff)
+        if exact is not None:   # a size padded up to a multiple, divided by it: h_pad//4 is h_pad/4
+            e_lo, e_hi = self.sign_bounds(exact)
+            lo, hi = _max(lo, e_lo), _min(hi, e_hi)
+            if _settled(lo, hi):
+                return lo, hi
         floor_terms = [t for t in diff.args if isinstance(t, FloorDiv) or (
             t.is_Mul and any(isinstance(f, FloorDiv) for f in t.args))]
+        paired = self._paired_floor_bounds(diff, floor_terms)
+        if paired is not None:
+            lo, hi = _max(lo, paired[0]), _min(hi, paired[1])
+            if _settled(lo, hi):
+                return lo, hi
         if len(floor_terms) == 1:
             term = floor_terms[0]
             div = term if isinstance(term, FloorDiv) else next(f for f in term.args if isinstance(f, FloorDiv))
@@ -299,6 +352,24 @@ class _Reasoner:
                 f_lo, f_hi = _product_bounds(f_lo, f_hi, a, b)
             lo, hi = _max(lo, f_lo), _min(hi, f_hi)
         return lo, hi
+
+    def _paired_floor_bounds(self, diff: sympy.Expr, floor_terms: list) -> tuple | None:
+        """Bounds of `c*(a//k) - c*(b//k) + rest`: a//k - b//k lies between
+        ((a - b) - (k - 1))/k and ((a - b) + (k - 1))/k, so `h//4 <= (h + 3)//4` is settled
+        from a - b = -3 alone (each division's own bounds are too wide to)."""
+        if len(floor_terms) != 2:
+            return None
+        (c1, d1), (c2, d2) = (t.as_coeff_Mul() for t in floor_terms)
+        if not (isinstance(d1, FloorDiv) and isinstance(d2, FloorDiv) and c1 == -c2 and d1.args[1] == d2.args[1]
+                and d1.args[1].is_Integer and d1.args[1] > 0):
+            return None
+        k, c = int(d1.args[1]), _number(c1)
+        gap_lo, gap_hi = self.sign_bounds(sympy.expand(d1.args[0] - d2.args[0]))
+        pair_lo = -_INF if gap_lo == -_INF else -((k - 1 - gap_lo) // k)   # ceil((gap_lo - k + 1) / k)
+        pair_hi = _INF if gap_hi == _INF else (gap_hi + k - 1) // k
+        pair_lo, pair_hi = _product_bounds(pair_lo, pair_hi, c, c)
+        rest_lo, rest_hi = self.sign_bounds(sympy.expand(diff - floor_terms[0] - floor_terms[1]))
+        return pair_lo + rest_lo, pair_hi + rest_hi
 
     def decide(self, rel: sympy.Basic) -> bool | None:
         if rel is sympy.true or rel is sympy.false:
@@ -349,6 +420,13 @@ def _number(value) -> int | Fraction | float:
     if value is INF or value is -INF:
         return _INF if value is INF else -_INF
     return float(value)   # nan for sympy's nan and zoo: nothing is known of it
+
+
+def _floor_div_bound(value, k):
+    """floor(value / k) for a bound `value` (an int, a Fraction or +-inf) and k > 0."""
+    if value in (_INF, -_INF) or value != value:   # infinite, or nan (nothing known): kept as it is
+        return value
+    return math.floor(Fraction(value) / Fraction(k))
 
 
 def _sympy_number(value) -> sympy.Expr:
@@ -402,6 +480,31 @@ def bounds(expr: sympy.Expr, ranges: dict[sympy.Symbol, ValueRange]) -> tuple:
 def refine(expr: sympy.Basic, ranges: dict[sympy.Symbol, ValueRange]) -> sympy.Basic:
     """Drop Max/Min/Mod/FloorDiv whose outcome the ranges settle (Max(1, s) -> s when s >= 1)."""
     return _reasoner(ranges).refine(expr)
+
+
+def _without_exact_divisions(diff: sympy.Expr) -> sympy.Expr | None:
+    """`diff` expanded with every `a // k` whose remainder `a % k` is 0 for all values
+    (`(h + (-h) % 4) // 4`) written as `a / k`, or None when it has none. The normal form
+    keeps such a division (a / k has fractional coefficients); comparisons need the
+    quotient, or `3*h_pad*w_pad == 48*(h_pad//4)*(w_pad//4)` stays open."""
+    if not diff.has(FloorDiv):
+        return None
+    changed, terms = False, []
+    for term in sympy.Add.make_args(diff):   # the divisions that are factors of a term, not those
+        factors = []                         # inside another division or modulo
+        for factor in sympy.Mul.make_args(term):
+            base, exp = factor.as_base_exp()
+            if isinstance(base, FloorDiv) and exp.is_Integer and exp > 0 and _exactly_divisible(base):
+                factor, changed = (base.args[0] / base.args[1]) ** exp, True
+            factors.append(factor)
+        terms.append(sympy.Mul(*factors))
+    return sympy.expand(sympy.Add(*terms)) if changed else None
+
+
+@lru_cache(maxsize=4096)
+def _exactly_divisible(div: FloorDiv) -> bool:
+    num, den = div.args
+    return den.is_Integer and den > 0 and Mod(num, den) == 0
 
 
 def _common_factor(diff: sympy.Expr) -> sympy.Expr | None:
