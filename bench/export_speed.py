@@ -80,8 +80,9 @@ def measure_model(name: str, repeats: int) -> dict[str, Any]:
         "torch": lambda a, k: measure.torch_exporter(built.module, a, k),
         "meta": lambda a, k: measure.meta_forward_seconds(built, repeats=1),
     }
-    if export is not None and built.dynamic_shapes(lambda *a, **k: None) is not None:
-        gp_spec, torch_spec = measure.dynamic_spec(built, "graphport"), measure.dynamic_spec(built, "torch")
+    gp_spec = measure.dynamic_spec(built, "graphport") if export is not None else None
+    if gp_spec is not None:   # a model with dynamic dims (derived ones included: the spec does arithmetic on Dims)
+        torch_spec = measure.dynamic_spec(built, "torch")
         steps["gp_dyn"] = lambda a, k: export(built.module, a, k, dynamic_shapes=gp_spec)
         steps["torch_dyn"] = lambda a, k: measure.torch_exporter(built.module, a, k, dynamic_shapes=torch_spec)
     if export is None:

@@ -1,13 +1,13 @@
 """run_decompositions proves the small sizes its decompositions assume away (passes/
 lowering_sizes.py): the lowering is made again at each size the program accepts below the
-lowering's assumption, and a size where the lowered graph differs refuses the lowering."""
+lowering's assumption, and a size where the lowered graph differs is refused by the lowered
+program at call time (with a warning at lowering), never run on a graph the proof did not see."""
 import pytest
 import torch
 import torch.nn as nn
 from torch.fx.experimental.symbolic_shapes import guard_or_false
 
 import graphport as gp
-from graphport.errors import UnsupportedFeatureError
 
 aten = torch.ops.aten
 
@@ -25,20 +25,25 @@ def _program(min_batch: int):
     return model, gp.export(model, (torch.randn(3, 4),), dynamic_shapes={"input": {0: batch}})
 
 
-def test_a_decomposition_that_differs_at_a_smaller_size_is_refused_naming_it():
-    _, ep = _program(0)
-    with pytest.raises(UnsupportedFeatureError, match="batch = 1"):
-        ep.run_decompositions({aten.relu.default: _relu_that_differs_at_one})
+def test_a_decomposition_that_differs_at_a_smaller_size_is_refused_there_naming_it():
+    model, ep = _program(0)
+    with pytest.warns(UserWarning, match="batch < 2 is refused at call time by the lowered program"):
+        core = ep.run_decompositions({aten.relu.default: _relu_that_differs_at_one})
+    with pytest.raises(gp.InputGuardError, match="batch >= 2"):
+        core.module()(torch.randn(1, 4))
+    x = torch.randn(4, 4)
+    torch.testing.assert_close(core.module()(x), model(x))
 
 
-def test_the_refusal_leaves_the_program_as_it_was():
+def test_the_program_as_exported_still_runs_at_that_size():
     model, ep = _program(0)
     before = str(ep)
-    with pytest.raises(UnsupportedFeatureError):
+    with pytest.warns(UserWarning):
         ep.run_decompositions({aten.relu.default: _relu_that_differs_at_one})
     assert str(ep) == before
-    x = torch.randn(1, 4)
-    torch.testing.assert_close(ep.module()(x), model(x))
+    for n in (0, 1):
+        x = torch.randn(n, 4)
+        torch.testing.assert_close(ep.module()(x), model(x))
 
 
 def test_sizes_the_program_refuses_need_no_proof():

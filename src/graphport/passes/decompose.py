@@ -13,7 +13,8 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-from typing import Any, Callable
+import warnings
+from typing import Any, Callable, Iterator
 
 import torch
 import torch.fx as fx
@@ -26,7 +27,7 @@ from ..program import ExportedProgram, ModuleCallEntry
 from ..signature import (ConstantArgument, ExportGraphSignature, InputKind, InputSpec, OutputSpec, SymBoolArgument,
                          SymFloatArgument, SymIntArgument, TensorArgument)
 from .._gc import cycle_collection_paused
-from .lowering_sizes import unproven_small_size
+from .lowering_sizes import LoweredValidity, lowered_validity
 from .metadata import finish_metadata
 from .verifier import verify
 
@@ -54,10 +55,11 @@ def run_decompositions(ep: ExportedProgram, decomp_table: dict[Any, Callable] | 
         again = replay(program, policy, _replay_inputs(ep, pinned_env, named))
         return again.graph_module.graph, again.constant_values
 
-    def unproven(grown: list) -> str | None:
-        return unproven_small_size(ep, env, grown, replayed.graph_module.graph, replayed.constant_values, lower_again)
+    def validity(assumed: list) -> LoweredValidity:
+        return lowered_validity(ep, env, assumed, replayed.graph_module.graph, replayed.constant_values,
+                                lower_again)
 
-    with _no_new_shape_facts(env, unproven):
+    with _no_new_shape_facts(env, _traced_again(ep.graph, env) and validity) as proven:
         replayed = replay(ep.graph_module, policy, _replay_inputs(ep, env, named))
     graph = replayed.graph_module.graph
     input_specs = list(ep.graph_signature.input_specs)
@@ -71,7 +73,7 @@ def run_decompositions(ep: ExportedProgram, decomp_table: dict[Any, Callable] | 
         replayed.graph_module, ExportGraphSignature(input_specs, output_specs), dict(ep.state_dict),
         dict(ep.range_constraints), [_renamed(e, replayed.renamed) for e in ep.module_call_graph],
         ep.example_inputs, {**ep.constants, **replayed.constant_values}, list(ep.input_paths),
-        dict(ep.input_aliases), ep.shape_contract, list(ep.shape_report))
+        dict(ep.input_aliases), *_narrowed(ep, env, proven.valid_from))
     verify(lowered, dialect="core_aten" if decomp_table is None else "default")
     finish_metadata(lowered.graph_module)
     return lowered
@@ -126,37 +128,59 @@ def _shape_env(graph: fx.Graph):
     return None
 
 
+def _traced_again(graph: fx.Graph, env) -> bool:
+    """Whether the lowering can be traced again at pinned sizes: not yet for control flow
+    or data-dependent sizes, whose lowering keeps the capture's assumption levels instead."""
+    return env is not None and not env.unbacked.infos and not any(n.op == "get_attr" for n in graph.nodes)
+
+
 @contextlib.contextmanager
-def _no_new_shape_facts(env, unproven: Callable[[list], str | None]):
+def _no_new_shape_facts(env, prove: Callable[[list], LoweredValidity] | bool) -> Iterator[LoweredValidity]:
     """The lowered program keeps the original's shape contract, so its decompositions must
-    not need a fact about sizes beyond the capture's: no new guard; an assumption that a
-    size is larger than the capture assumed only where the lowering is proven at the sizes
-    below it that the program accepts (`unproven(grown)` says which is not, if any). The
-    environment is restored either way, so the original program is left as it was."""
+    not need a fact about sizes beyond the capture's: no new guard; and a decision that
+    holds only for sizes larger than the capture assumed (a layout or emptiness question
+    answered as for large sizes) is proven at the smaller sizes the program accepts
+    (`prove(grown)`, see passes/lowering_sizes.py). Decisions at the capture's own level
+    are not traced again: they are as proven as the capture's (the same small sizes were
+    traced for the program; not for the decompositions' own choices). Without a proof
+    (`prove` False), no decision may assume more than the capture did. The environment is
+    restored either way, so the original program is left as it was. Yields what the proof
+    found, filled in on exit."""
+    proven = LoweredValidity({}, [])
     if env is None:
-        yield
+        yield proven
         return
     guards, replacements = list(env.guards), dict(env.replacements)
     assumed, sites = dict(env.assumed_min), dict(env.assumption_sites)
     try:
-        yield
+        yield proven
         known = {g.rel for g in guards}
         new = [g for g in env.guards[len(guards):] if g.rel not in known]
-        grown = [(sym, least) for sym, least in env.assumed_min.items() if least > assumed.get(sym, 0)]
         if new:
             raise UnsupportedFeatureError(
                 f"a decomposition needs the sizes to satisfy {new[0].rel}, which the program was not exported "
                 "with, so its shape checks would no longer cover it", location=new[0].location,
                 fix="keep that operator whole: delete it from the decomposition table "
                     "(table = graphport.default_decompositions(); del table[op])")
-        why = unproven(grown) if grown else None
-        if why is not None:
+        grown = [(sym, least) for sym, least in env.assumed_min.items() if least > assumed.get(sym, 0)]
+        if not prove and grown:
             sym, least = grown[0]
             raise UnsupportedFeatureError(
-                f"a decomposition assumes {env.symbols[sym].dim_name} >= {least}, and the lowered program is not "
-                f"valid at a smaller size the program accepts ({why})", location=env.assumption_sites.get(sym),
+                f"a decomposition assumes {env.symbols[sym].dim_name} >= {least}, which the program was not "
+                "proven for (a lowering with control flow or data-dependent sizes is not traced again at small "
+                "sizes)", location=env.assumption_sites.get(sym),
                 fix="keep that operator whole (delete it from the decomposition table), or export with "
                     f"Dim min={least}")
+        if prove and grown:
+            found = prove(sorted(grown, key=lambda item: str(item[0])))
+            if found.exclusions:
+                together = ", ".join(f"{env.symbols[s].dim_name} = {v}" for s, v in found.exclusions[0].items())
+                raise UnsupportedFeatureError(
+                    f"the lowered program computes something else when {together} together, sizes the program "
+                    "accepts", location=env.assumption_sites.get(next(iter(found.exclusions[0]))),
+                    fix="keep the operators involved whole (delete them from the decomposition table), or narrow "
+                        "those Dims' ranges")
+            proven.valid_from.update(found.valid_from)
     finally:
         env.guards[:] = guards
         env.replacements = replacements
@@ -165,6 +189,23 @@ def _no_new_shape_facts(env, unproven: Callable[[list], str | None]):
         env.assumption_sites.clear()
         env.assumption_sites.update(sites)
         env._simplified.clear()
+
+
+def _narrowed(ep: ExportedProgram, env, valid_from: dict) -> tuple:
+    """The lowered program's shape contract and report: the original's, refusing at call
+    time the sizes where the lowered graph was not proven (a warning says so now)."""
+    if not valid_from:
+        return ep.shape_contract, list(ep.shape_report)
+    symbols = dict(ep.shape_contract.symbols)
+    report = list(ep.shape_report)
+    for sym, (least, reason) in valid_from.items():
+        fact = symbols[sym]
+        symbols[sym] = dataclasses.replace(fact, valid_from=max(least, fact.valid_from or 0),
+                                           assumed_at=env.assumption_sites.get(sym), reason=reason)
+        note = f"{fact.name} < {least} is refused at call time by the lowered program: {reason}"
+        report.append(note)
+        warnings.warn(f"graphport: {note}", stacklevel=3)
+    return dataclasses.replace(ep.shape_contract, symbols=symbols), report
 
 
 def _argument(value: Any):

@@ -1,15 +1,20 @@
 """Small sizes of a lowered program: proven by lowering the program again at those sizes.
 
-A decomposition may reason as if a dynamic size were at least 2 (a broadcast or a layout
-question) where the program's own capture did not need to, so the lowered graph is not yet
-known to be valid at the small sizes the program accepts. As export does for the program
+A decomposition may decide a size question as for large sizes (a broadcast, a layout, "is
+it empty?"), and the program's proof covers the graph it captured, not the decisions of
+the decompositions, so the lowered graph is not yet known to be valid at the small sizes
+the program accepts. As export does for the program
 (passes/small_sizes.py), the lowering is made again with the symbol pinned to each such
 size, replaying the program's graph with its inputs' sizes pinned, and the two lowered graphs are
-compared modulo the pin. Where they agree, the lowered program is valid there.
+compared modulo the pin. Where they agree, the lowered program is valid there; where they
+do not (or the lowering fails there), the lowered program refuses calls at that size and
+below, with the reason, as export does for a size where the program itself fails: it never
+runs a graph the proof did not see.
 """
 from __future__ import annotations
 
 import contextlib
+from dataclasses import dataclass
 from typing import Callable, Iterator
 
 import sympy
@@ -23,13 +28,30 @@ from ..signature import InputKind
 from .small_sizes import prove_small_sizes
 
 
-def unproven_small_size(ep, env: ShapeEnv, grown: list[tuple[sympy.Symbol, int]], lowered: fx.Graph,
-                        constants: dict, lower_again: Callable[[fx.GraphModule, ShapeEnv], tuple]) -> str | None:
-    """None if the lowered graph is valid at every size the program accepts below what the
-    lowering assumed (`grown`: symbol -> that size); else which size is not, and why.
-    `lower_again(program, env)` lowers a copy of the program whose inputs have pinned sizes."""
-    if any(n.op == "get_attr" for n in ep.graph.nodes) or env.unbacked.infos:
-        return "the program has control flow or data-dependent sizes, whose lowering is not traced again"
+@dataclass(frozen=True)
+class LoweredValidity:
+    """Where the lowered program is not proven: sizes below `valid_from` of a symbol (with
+    the reason), or combinations of small sizes it computes something else at."""
+    valid_from: dict[sympy.Symbol, tuple[int, str]]
+    exclusions: list[dict[sympy.Symbol, int]]
+
+
+def lowered_validity(ep, env: ShapeEnv, assumed: list[tuple[sympy.Symbol, int]], lowered: fx.Graph,
+                     constants: dict, lower_again: Callable[[fx.GraphModule, ShapeEnv], tuple]) -> LoweredValidity:
+    """The smaller sizes the program accepts, below what the lowering's decisions assumed
+    (`assumed`: symbol -> that size), at which the lowered graph is not valid: traced again
+    there by `lower_again(program, env)` (the program with its inputs' sizes pinned) and
+    compared. A size is valid only if every size between it and the assumption is."""
+    contract = ep.shape_contract.symbols if ep.shape_contract is not None else {}
+    below = {}
+    for sym, least in assumed:
+        fact = contract.get(sym)
+        lowest = max(env.symbols[sym].declared.lower,
+                     fact.valid_from if fact is not None and fact.valid_from is not None else 0)
+        if lowest < least:
+            below[sym] = (least, lowest)
+    if not below:
+        return LoweredValidity({}, [])
     user = [s.arg.name for s in ep.graph_signature.input_specs if s.kind is InputKind.USER_INPUT]
     shapes = _input_shapes(ep.graph, user, env)
 
@@ -37,21 +59,16 @@ def unproven_small_size(ep, env: ShapeEnv, grown: list[tuple[sympy.Symbol, int]]
         with _inputs_pinned(ep.graph_module, user, pinned) as program:
             return lower_again(program, pinned.env)
 
-    report = prove_small_sizes(retrace, shapes, lowered, constants)
-    contract = ep.shape_contract.symbols if ep.shape_contract is not None else {}
-    for sym, least in grown:
-        info = env.symbols[sym]
-        fact = contract.get(sym)
-        lowest = max(info.declared.lower, fact.valid_from if fact is not None and fact.valid_from is not None else 0)
+    report = prove_small_sizes(retrace, shapes, lowered, constants, only=set(below))
+    valid_from = {}
+    for sym, (least, lowest) in below.items():
         for size in range(least - 1, lowest - 1, -1):
             if size not in report.valid.get(sym, []):
                 refusal = report.refused.get((sym, size))
-                why = refusal.reason if refusal is not None else "the lowering was not traced there"
-                return f"{info.dim_name} = {size}: {why}"
-    if report.exclusions:
-        pins = ", ".join(f"{env.symbols[s].dim_name} = {v}" for s, v in report.exclusions[0].items())
-        return f"{pins} together: the lowered program computes something else there"
-    return None
+                valid_from[sym] = (size + 1, refusal.reason if refusal is not None else
+                                   "the lowering assumed larger sizes")
+                break
+    return LoweredValidity(valid_from, list(report.exclusions))
 
 
 def _input_shapes(graph: fx.Graph, user: list[str], env: ShapeEnv) -> InputShapes:

@@ -52,17 +52,17 @@ class SmallSizeReport:
 
 
 def prove_small_sizes(retrace: Callable[..., Any], shapes: InputShapes, graph: fx.Graph,
-                      constants: dict[str, torch.Tensor]) -> SmallSizeReport:
+                      constants: dict[str, torch.Tensor], only: set | None = None) -> SmallSizeReport:
     """For every symbol the capture assumed >= 1 or >= 2 below its declared minimum, trace
     at the small sizes in range and compare. `retrace(shapes, locations=True)` captures
     again and returns the captured graph and its constants (with `locations` False, without
     source locations: the proof does not need them, only a report of where the program
-    differs does). Constants made from sizes (`torch.tensor([x.shape[0] - 1])`) are compared
-    by value: the graphs alone do not show them."""
+    differs does). `only`: the symbols to prove, if not all. Constants made from sizes
+    (`torch.tensor([x.shape[0] - 1])`) are compared by value: the graphs alone do not show them."""
     env = shapes.env
     report = SmallSizeReport()
     candidates = {sym: list(range(least - 1, env.symbols[sym].declared.lower - 1, -1))
-                  for sym, least in env.assumed_min.items()}
+                  for sym, least in env.assumed_min.items() if only is None or sym in only}
     for sym, sizes in candidates.items():
         for v in sizes:   # from the largest down: a size below a refused one cannot widen the range
             if v + 1 in sizes and v + 1 not in report.valid.get(sym, []):
@@ -405,6 +405,8 @@ def _same(a, b, match: _Correspondence, pins) -> bool:
     if isinstance(a, dict) or isinstance(b, dict):
         return (isinstance(a, dict) and isinstance(b, dict) and a.keys() == b.keys()
                 and all(_same(a[k], b[k], match, pins) for k in a))
+    if type(a) in (bool, int, float) and type(b) in (bool, int, float):
+        return a == b or (a != a and b != b)   # plain numbers (inf included: inf - inf is no zero)
     ea, eb = _expr(a, pins), _expr(b, pins)
     if ea is not None and eb is not None:
         return sympy.expand(ea - eb) == 0 if not isinstance(ea, sympy.logic.boolalg.Boolean) else ea == eb
