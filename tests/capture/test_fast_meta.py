@@ -285,3 +285,31 @@ def test_pointwise_reads_no_stride_of_a_size_one_dimension():
         n = values[syms[1]]
         real = (torch.rand(n, n) > 0.5).expand(1, 1, n, n)
         _check_against_eager(out, real & (torch.rand(1, 1, n, n) > 0.5), values)
+
+
+REDUCTIONS = [
+    ("mean keepdim", lambda x: aten.mean.dim(x, [-1], True)),
+    ("mean two dims", lambda x: aten.mean.dim(x, [0, 2])),
+    ("sum all", lambda x: aten.sum.dim_IntList(x, None)),
+    ("amax", lambda x: aten.amax.default(x, [1], True)),
+    ("var_mean", lambda x: aten.var_mean.correction(x, [-1], correction=0, keepdim=True)),
+    ("var int dim", lambda x: aten.var.correction(x, 1, correction=1)),
+]
+
+
+@pytest.mark.parametrize("permuted", [False, True], ids=["row-major", "permuted"])
+@pytest.mark.parametrize("name,fn", REDUCTIONS, ids=[r[0] for r in REDUCTIONS])
+def test_reduction_closed_form_is_eager_at_every_size(name, fn, permuted):
+    from graphport.capture.reduction_meta import reduction_meta
+    env, syms = _env(0)
+    b, t = symint(syms[0], env), symint(syms[1], env)
+    x = torch.empty_strided((b, t, 8), (8, b * 8, 1), device="meta") if permuted else _meta((syms[0], syms[1], 8), env)
+    out = _call(lambda a, _: fn(a), [x], lambda func, args, kwargs: reduction_meta(func, args, kwargs))
+    assert out is not None
+    for values in _points(syms, 2):
+        real = _real((syms[1], syms[0], 8), values).transpose(0, 1) if permuted else _real((syms[0], syms[1], 8), values)
+        try:
+            expected = fn(real)
+        except (RuntimeError, IndexError):
+            continue   # eager rejects the size (amax of an empty dimension), as the program will there
+        _check_against_eager(out, tuple(expected) if isinstance(expected, tuple) else expected, values)

@@ -26,6 +26,7 @@ from .environment import register_higher_order_rules
 from .grad import as_eager_requires
 from .layer_meta import META_BY_DECOMPOSITION, layer_meta
 from .pointwise_meta import pointwise_meta
+from .reduction_meta import reduction_meta
 from .recorder import Recorder
 from .rules import HIGHER_ORDER, SPECIAL
 from .tracer import META, TracerTensor, data_dependent
@@ -189,12 +190,14 @@ class CaptureMode(_torch.TorchDispatchMode):
 
     def _meta_kernel(self, func, args, kwargs, meta_args, meta_kwargs):
         """torch's meta kernel; on symbolic sizes first the closed forms for the common calls
-        (capture/pointwise_meta.py, layer_meta.py), then torch's own Python decomposition run
-        on the tracers, whose pieces take those closed forms."""
+        (capture/pointwise_meta.py, layer_meta.py, reduction_meta.py), then torch's own Python
+        decomposition run on the tracers, whose pieces take those closed forms."""
         if _symbolic(meta_args):
-            out = pointwise_meta(func, meta_args, meta_kwargs)
-            if out is None:
-                out = layer_meta(func, meta_args, meta_kwargs)
+            out = None
+            for closed_form in (pointwise_meta, layer_meta, reduction_meta):
+                out = closed_form(func, meta_args, meta_kwargs)
+                if out is not None:
+                    break
             if out is None and func in META_BY_DECOMPOSITION:
                 out = self.metadata_by_decomposition(func, META_BY_DECOMPOSITION[func], args, kwargs)
             if out is not None:

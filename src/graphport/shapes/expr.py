@@ -36,6 +36,8 @@ class FloorDiv(sympy.Function):
     def eval(cls, a, b):
         if b == 1:
             return a
+        if b == 0:
+            return None   # undefined (the program divides by zero there): kept as it is, never decided
         if a.is_Integer and b.is_Integer:
             return sympy.Integer(int(a) // int(b))
         if a == 0:
@@ -93,6 +95,8 @@ class Mod(sympy.Function):
 
     @classmethod
     def eval(cls, a, b):
+        if b == 0:
+            return None   # undefined (the program divides by zero there): kept as it is, never decided
         if a.is_Integer and b.is_Integer:
             return sympy.Integer(int(a) % int(b))
         if a == b or a == 0:
