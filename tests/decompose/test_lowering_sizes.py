@@ -64,3 +64,22 @@ def test_layers_lowered_at_every_size_match_eager(table):
         for n in (0, 1, 2, 7):
             x = torch.randn(n, 3, 5, 5)
             torch.testing.assert_close(core.module()(x), model(x))
+
+
+def _add_that_differs_when_both_are_one(x, y):
+    """Another path only when both batches are 1 (a wrong one there)."""
+    x_is_one, y_is_one = guard_or_false(x.shape[0] == 1), guard_or_false(y.shape[0] == 1)
+    if x_is_one and y_is_one:
+        return x.clone()
+    return aten.sub.Tensor(x, aten.neg.default(y))
+
+
+def test_sizes_wrong_only_together_refuse_the_lowering_naming_both():
+    def f(x, y):
+        return (x + y).relu()
+
+    a, b = gp.Dim("a", min=0, max=8), gp.Dim("b", min=0, max=8)
+    ep = gp.export(f, (torch.randn(3, 4), torch.randn(3, 1, 4)), dynamic_shapes=({0: a}, {0: b}))
+    with pytest.raises(gp.UnsupportedFeatureError, match="a = 1, b = 1 together") as info:
+        ep.run_decompositions({aten.add.Tensor: _add_that_differs_when_both_are_one})
+    assert isinstance(info.value, RuntimeError) and "test_lowering_sizes.py" in str(info.value)

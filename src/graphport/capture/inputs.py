@@ -89,14 +89,20 @@ def trace_inputs(rec: Recorder, args: tuple, kwargs: dict, arg_names: list[str],
 
 def symbolic_meta(real: torch.Tensor, sizes: list, env) -> torch.Tensor:
     """A meta tensor whose sizes are our symbols, strided in the same order as `real`."""
+    meta = laid_out(sizes, list(real.stride()), real.dtype, env)
+    return meta.requires_grad_(True) if real.requires_grad else meta
+
+
+def laid_out(sizes: list, like_strides: list[int], dtype: torch.dtype, env) -> torch.Tensor:
+    """A dense meta tensor of `sizes` (ints or sympy expressions of `env`'s symbols) whose
+    dimensions are ordered in memory as concrete strides `like_strides` order them."""
     sym_sizes = [symint(s, env) if isinstance(s, sympy.Basic) else s for s in sizes]
-    strides: list = [0] * real.dim()
+    strides: list = [0] * len(sizes)
     step = 1
-    for d in sorted(range(real.dim()), key=lambda d: (real.stride(d), -d)):
+    for d in sorted(range(len(sizes)), key=lambda d: (like_strides[d], -d)):
         strides[d] = step
         step = step * sym_sizes[d]
-    meta = torch.empty_strided(sym_sizes, strides, dtype=real.dtype, device="meta")
-    return meta.requires_grad_(True) if real.requires_grad else meta
+    return torch.empty_strided(sym_sizes, strides, dtype=dtype, device="meta")
 
 
 def argument_names(fn: Callable, args: tuple, kwargs: dict) -> list[str]:

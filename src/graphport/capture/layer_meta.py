@@ -27,6 +27,7 @@ from typing import Any, Callable
 import torch
 
 from .. import _torch
+from .meta_probe import probe
 from .pointwise_meta import broadcast_shapes, contiguous, same_size, same_sizes, symbolic_sizes
 
 aten = torch.ops.aten
@@ -39,9 +40,6 @@ META_BY_DECOMPOSITION = {op: _torch.decomposition_table()[op] for op in (
     aten._native_batch_norm_legit.no_stats, aten._native_batch_norm_legit_functional.default,
     aten.native_layer_norm.default, aten.native_group_norm.default, aten.var_mean.correction, aten.mean.dim,
     aten._safe_softmax.default, aten._log_softmax.default, aten.addmm.default)}
-
-_PROBES: dict = {}
-
 
 def layer_meta(func, args: tuple, kwargs: dict) -> Any:
     """Output meta tensor(s) of a call to one of the operators above, or None."""
@@ -62,7 +60,7 @@ def _layer_norm(func, x, normalized_shape, weight, bias, eps):
         return None
     if not all(p is None or (same_sizes(p.shape, normalized_shape) and contiguous(p)) for p in (weight, bias)):
         return None
-    dtypes = probe(func, (tiny(x), list(normalized_shape), tiny(weight), tiny(bias), eps))
+    dtypes = probe(func, (x, list(normalized_shape), weight, bias, eps))
     stat_shape = (*x.shape[:lead], *([1] * k))
     return (_new(x.shape, dtypes[0][0]), _new(stat_shape, dtypes[1][0]), _new(stat_shape, dtypes[2][0]))
 
@@ -75,7 +73,7 @@ def _batch_norm(func, x, *rest):
     tensors = [a for a in rest if isinstance(a, torch.Tensor)]
     if not all(same_sizes(t.shape, (channels,)) and contiguous(t) for t in tensors):
         return None
-    outputs = probe(func, (tiny(x), *(tiny(a) for a in rest)))
+    outputs = probe(func, (x, *rest))
     (dtype, _), *stats = outputs
     return (_new(x.shape, dtype), *(_new(shape, dt) for dt, shape in stats))
 
@@ -87,7 +85,7 @@ def _linear(func, x, weight, bias=None):
         return None
     if bias is not None and (not same_sizes(bias.shape, (weight.shape[0],)) or not contiguous(bias)):
         return None
-    dtype = probe(func, (tiny(x), tiny(weight), tiny(bias)))[0][0]
+    dtype = probe(func, (x, weight, bias))[0][0]
     return _new((*x.shape[:-1], weight.shape[0]), dtype)
 
 
@@ -100,7 +98,7 @@ def _addmm(func, bias, a, b, *, beta=1, alpha=1):
     full = broadcast_shapes([tuple(bias.shape), shape]) if bias.dim() <= 2 else None
     if full is None or not same_sizes(full, shape):
         return None
-    dtype = probe(func, (tiny(bias), tiny(a), tiny(b)))[0][0]
+    dtype = probe(func, (bias, a, b))[0][0]
     return _new(shape, dtype)
 
 
@@ -113,7 +111,7 @@ def _matmul(func, a, b):
     batch = broadcast_shapes([tuple(a.shape[:-2]), tuple(b.shape[:-2])])
     if batch is None:
         return None
-    dtype = probe(func, (tiny(a), tiny(b)))[0][0]
+    dtype = probe(func, (a, b))[0][0]
     return _new((*batch, a.shape[-2], b.shape[-1]), dtype)
 
 
@@ -131,31 +129,3 @@ _RULES: dict[Any, Callable] = {
 
 def _new(shape, dtype: torch.dtype) -> torch.Tensor:
     return torch.empty(tuple(shape), dtype=dtype, device="meta")
-
-
-def _key(value):
-    if isinstance(value, torch.Tensor):
-        return (value.dtype, tuple(value.shape))
-    return tuple(value) if isinstance(value, list) else value
-
-
-def tiny(value):
-    """A meta tensor of the same dtype with every symbolic size 2 (static sizes kept: the
-    statistics' shapes and the operator's checks read them; 1 would make batch norm's
-    unbiased variance divide by zero)."""
-    if not isinstance(value, torch.Tensor):
-        return value
-    return torch.empty(tuple(2 if isinstance(s, torch.SymInt) else s for s in value.shape), dtype=value.dtype,
-                       device="meta")
-
-
-def probe(func, tiny_args: tuple, kwargs: dict | None = None) -> list[tuple[torch.dtype, tuple]]:
-    """(dtype, shape) of each output of `func` on tiny arguments, cached per signature."""
-    kwargs = kwargs or {}
-    key = (func, tuple(_key(a) for a in tiny_args), tuple((k, _key(v)) for k, v in sorted(kwargs.items())))
-    found = _PROBES.get(key)
-    if found is None:
-        out = func(*tiny_args, **kwargs)
-        outputs = out if isinstance(out, (tuple, list)) else (out,)
-        found = _PROBES[key] = [(t.dtype, tuple(t.shape)) for t in outputs]
-    return found

@@ -15,7 +15,7 @@ every size, so no question needs asking:
   dimensions is ever out of row-major order, so the output is row-major whatever the sizes,
   1 included (torch's reference returns the identity permutation for the same reason);
 - dtype: type promotion depends on dtypes and on which operands are 0-dim, not on sizes,
-  so it is read from the operator itself run on tiny tensors of the same dtypes and ranks
+  so it is read from the operator itself run on tiny tensors of the same dtypes (meta_probe.py)
   (which also raises eager's error for a call eager rejects), cached per signature.
 
 The operators are listed by name: each computes its output with broadcasting over all its
@@ -28,6 +28,8 @@ from typing import Any
 
 import torch
 
+from .meta_probe import probe
+
 aten = torch.ops.aten
 
 # Broadcasting TensorIterator operators, by overload packet.
@@ -39,9 +41,6 @@ _BROADCASTING = frozenset(getattr(aten, name) for name in (
     "add", "sub", "rsub", "mul", "div", "remainder", "fmod", "pow", "maximum", "minimum", "eq", "ne", "lt",
     "le", "gt", "ge", "bitwise_and", "bitwise_or", "bitwise_xor", "logical_and", "logical_or", "logical_xor",
     "atan2", "where", "lerp", "addcmul", "addcdiv", "threshold", "copysign", "hypot", "xlogy", "sgn"))
-
-_PROBES: dict = {}
-
 
 def pointwise_meta(func, args: tuple, kwargs: dict) -> torch.Tensor | None:
     """The output meta tensor of a broadcasting pointwise call on meta tensors, or None
@@ -57,11 +56,11 @@ def pointwise_meta(func, args: tuple, kwargs: dict) -> torch.Tensor | None:
     if shape is None:
         return None
     if all(contiguous(t) for t in tensors):
-        return torch.empty(shape, dtype=_result_dtype(func, args, kwargs), device="meta")
+        return torch.empty(shape, dtype=probe(func, args, kwargs)[0][0], device="meta")
     strides = _shared_dense_strides([t for t in tensors if t.dim() > 0], shape)
     if strides is None:
         return None
-    return torch.empty_strided(shape, strides, dtype=_result_dtype(func, args, kwargs), device="meta")
+    return torch.empty_strided(shape, strides, dtype=probe(func, args, kwargs)[0][0], device="meta")
 
 
 def _shared_dense_strides(tensors: list, shape: tuple) -> tuple | None:
@@ -153,37 +152,3 @@ def _times(a, b):
     if isinstance(product, torch.SymInt) and product.node.expr.is_Integer:
         return int(product.node.expr)
     return product
-
-
-def _result_dtype(func, args: tuple, kwargs: dict) -> torch.dtype:
-    key = (func, _signature(args), _signature(tuple(kwargs.items())))
-    found = _PROBES.get(key)
-    if found is None:
-        small = [_tiny(a) for a in args]
-        out = func(*small, **{k: _tiny(v) for k, v in kwargs.items()})
-        found = _PROBES[key] = out.dtype
-    return found
-
-
-def _tiny(value):
-    if isinstance(value, torch.Tensor):
-        return torch.empty((1,) * value.dim(), dtype=value.dtype, device="meta")
-    if isinstance(value, torch.SymInt):
-        return 2
-    if isinstance(value, torch.SymFloat):
-        return 2.0
-    return value
-
-
-def _signature(values) -> tuple:
-    parts = []
-    for v in values:
-        if isinstance(v, tuple):
-            parts.append(_signature(v))
-        elif isinstance(v, torch.Tensor):
-            parts.append(("T", v.dtype, v.dim()))
-        elif isinstance(v, (torch.SymInt, torch.SymFloat, torch.SymBool)):
-            parts.append(("S", type(v)))
-        else:
-            parts.append((type(v), v))
-    return tuple(parts)

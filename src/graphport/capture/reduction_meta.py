@@ -12,7 +12,7 @@ from typing import Any
 
 import torch
 
-from .layer_meta import probe, tiny
+from .meta_probe import probe
 from .pointwise_meta import symbolic_sizes
 
 aten = torch.ops.aten
@@ -33,7 +33,7 @@ def reduction_meta(func, args: tuple, kwargs: dict) -> Any:
     if bound is None:
         return None
     dims, keepdim = bound
-    outputs = probe(func, (tiny(x), *args[1:]), kwargs)
+    outputs = probe(func, args, kwargs)
     shape = [1 if d in dims else s for d, s in enumerate(x.shape) if keepdim or d not in dims]
     made = tuple(torch.empty(shape, dtype=dtype, device="meta") for dtype, _ in outputs)
     return made if len(made) > 1 else made[0]

@@ -21,6 +21,7 @@ import sympy
 import torch
 import torch.fx as fx
 
+from ..capture.inputs import laid_out
 from ..shapes.env import ShapeEnv
 from ..shapes.node import symint
 from ..shapes.spec import InputShapes
@@ -96,7 +97,8 @@ def _inputs_pinned(gm: fx.GraphModule, user: list[str], pinned: InputShapes) -> 
         for i, name in enumerate(user):
             val = saved[name]
             if isinstance(val, torch.Tensor) and i in pinned.sizes:
-                by_name[name].meta["val"] = _laid_out_like(val, pinned.sizes[i], pinned.env)
+                by_name[name].meta["val"] = laid_out(pinned.sizes[i], [_hint(s) for s in val.stride()], val.dtype,
+                                                       pinned.env)
             elif isinstance(val, torch.SymInt) and i in pinned.scalars:
                 by_name[name].meta["val"] = symint(pinned.scalars[i], pinned.env)
         yield gm
@@ -105,12 +107,5 @@ def _inputs_pinned(gm: fx.GraphModule, user: list[str], pinned: InputShapes) -> 
             by_name[name].meta["val"] = val
 
 
-def _laid_out_like(val: torch.Tensor, sizes: list, env: ShapeEnv) -> torch.Tensor:
-    hinted = [s.node.hint if isinstance(s, torch.SymInt) else s for s in val.stride()]
-    sym_sizes = [symint(s, env) if isinstance(s, sympy.Basic) else s for s in sizes]
-    strides: list = [0] * val.dim()
-    step = 1
-    for d in sorted(range(val.dim()), key=lambda d: (hinted[d], -d)):
-        strides[d] = step
-        step = step * sym_sizes[d]
-    return torch.empty_strided(sym_sizes, strides, dtype=val.dtype, device="meta")
+def _hint(size) -> int:
+    return size.node.hint if isinstance(size, torch.SymInt) else size
