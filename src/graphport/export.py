@@ -67,13 +67,15 @@ def export(mod: torch.nn.Module | Callable, args: tuple, kwargs: dict | None = N
     if dynamic_shapes is not None:
         shapes = resolve(dynamic_shapes, args, kwargs, arg_names, input_paths(args, kwargs, arg_names))
 
-    def trace(shapes_: InputShapes | None, locations: bool = True) -> Captured:
+    def trace(shapes_: InputShapes | None, locations: bool = True, prove_locally: bool = False) -> Captured:
         captured = capture(fn, args, kwargs, root, shapes_, locations=locations,
-                           preserve=tuple(preserve_module_call_signature))
+                           preserve=tuple(preserve_module_call_signature), prove_locally=prove_locally)
         eliminate_dead_code(captured.graph, captured.user_calls)
         return captured
 
-    captured = trace(shapes)
+    captured = trace(shapes, prove_locally=True)
+    if shapes is not None and shapes.env.deferral is not None:
+        shapes.env.deferral.settle(shapes)
     contract = None if shapes is None else _shape_contract(shapes, captured, trace)
     contract = with_data_dependent(contract, captured.shape_env)
     for note in [] if shapes is None else shapes.specialized:

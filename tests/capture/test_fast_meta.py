@@ -313,3 +313,35 @@ def test_reduction_closed_form_is_eager_at_every_size(name, fn, permuted):
         except (RuntimeError, IndexError):
             continue   # eager rejects the size (amax of an empty dimension), as the program will there
         _check_against_eager(out, tuple(expected) if isinstance(expected, tuple) else expected, values)
+
+
+RECURRENT = [(op, batch_first, bidirectional, layers, proj)
+             for op in ("gru", "lstm") for batch_first in (False, True) for bidirectional in (False, True)
+             for layers in (1, 2) for proj in ((0, 2) if op == "lstm" else (0,))]
+
+
+@pytest.mark.parametrize("op,batch_first,bidirectional,layers,proj", RECURRENT)
+def test_recurrent_layers_match_eager_at_every_batch(op, batch_first, bidirectional, layers, proj):
+    env, (b, *_) = _env(0)
+    cls = torch.nn.GRU if op == "gru" else torch.nn.LSTM
+    module = cls(4, 3, num_layers=layers, batch_first=batch_first, bidirectional=bidirectional,
+                 **({"proj_size": proj} if proj else {}))
+    params = [p.detach() for p in module._flat_weights]
+    directions = 2 if bidirectional else 1
+    x_shape = (b, 5, 4) if batch_first else (5, b, 4)
+    state_shapes = [(layers * directions, b, proj or 3)] + ([(layers * directions, b, 3)] if op == "lstm" else [])
+    func = aten.gru.input if op == "gru" else aten.lstm.input
+
+    def call(x, states, weights):
+        return func(x, states[0] if op == "gru" else states, weights, True, layers, 0.0, False, bidirectional,
+                    batch_first)
+
+    out = layer_meta(func, (_meta(x_shape, env), [_meta(s, env) for s in state_shapes][0] if op == "gru" else
+                            [_meta(s, env) for s in state_shapes], [p.to("meta") for p in params], True, layers,
+                            0.0, False, bidirectional, batch_first), {})
+    assert out is not None
+    for values in _points([b], 1):
+        if values[b] == 0:
+            continue   # eager refuses an empty batch
+        eager = call(_real(x_shape, values), [_real(s, values) for s in state_shapes], params)
+        _check_against_eager(tuple(out), tuple(eager), values)

@@ -30,6 +30,7 @@ from .control_flow import attach_subgraphs, program_module
 from .calls import CallBoundary, ModuleCalls
 from .environment import ModuleSnapshot, capture_environment
 from .inputs import argument_names, input_paths, trace_inputs
+from .local_proofs import DeferredAssumptions
 from .mode import CaptureMode
 from .outputs import finish_graph
 from .recorder import Recorder
@@ -59,12 +60,17 @@ class Captured:
 
 def capture(fn: Callable, args: tuple, kwargs: dict, root: torch.nn.Module | None,
             shapes: InputShapes | None = None, policy: DispatchPolicy = EXPORT_DEFAULT,
-            locations: bool = True, preserve: tuple[str, ...] = ()) -> Captured:
+            locations: bool = True, preserve: tuple[str, ...] = (), prove_locally: bool = False) -> Captured:
     """Run `fn` once on tracers; `shapes` gives input tensors symbolic sizes. `locations`
     False leaves out each node's source location and module stack (a re-trace that is only
     compared with the capture: walking the Python stack per node is a good part of tracing).
-    `preserve` names the submodules whose call boundary is recorded (calls.py)."""
+    `preserve` names the submodules whose call boundary is recorded (calls.py).
+    `prove_locally`: assumptions about small sizes made computing one operator's metadata
+    are kept in `shapes.env.deferral` for a proof operator by operator (local_proofs.py)."""
     rec = Recorder(entry_frame=sys._getframe(0), locations=locations)
+    if shapes is not None and prove_locally:
+        rec.defer_assumptions(DeferredAssumptions(shapes.env))
+        shapes.env.deferral = rec.deferred
     state = ModuleState(root, rec) if root is not None else None
     arg_names = argument_names(fn, args, kwargs)
     inputs = trace_inputs(rec, args, kwargs, arg_names, shapes)
@@ -79,7 +85,7 @@ def capture(fn: Callable, args: tuple, kwargs: dict, root: torch.nn.Module | Non
         stack.enter_context(capture_environment(hooks, symbolic=shapes is not None))
         if calls is not None:
             stack.enter_context(calls.preserving(root, preserve))
-        stack.enter_context(TorchFunctionTracker(rec.enter_torch_fn if locations else None))
+        stack.enter_context(TorchFunctionTracker(rec.enter_torch_fn if locations else None, rec.deferred))
         rec.until_done = stack   # contexts capture enters on the way (capture/data_dependent.py)
         with state.swapped() if state is not None else contextlib.nullcontext(), CaptureMode(rec, policy):
             tracer_args, tracer_kwargs = inputs.rebuild()

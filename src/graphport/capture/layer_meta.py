@@ -15,6 +15,9 @@ known at every size: each output is a new row-major tensor whose shape follows t
   channel count.
 - `linear` and `matmul` of matrices: a fresh matrix product (mm or bmm) viewed to the
   leading shape (a bias added elementwise), row-major at every size and input layout.
+- `gru` and `lstm` (batched): the output is a new row-major [time, batch, directions *
+  hidden] tensor, transposed to [batch, time, ...] for batch_first; the final states are
+  new row-major tensors of the initial states' shapes.
 
 dtypes (and the statistics' static shapes) are read from the operator run on tiny tensors
 of the same dtypes and static sizes, which also raises eager's error for a call eager
@@ -115,7 +118,35 @@ def _matmul(func, a, b):
     return _new((*batch, a.shape[-2], b.shape[-1]), dtype)
 
 
+def _recurrent(gates: int):
+    """gru (3 gates) or lstm (4; its hx is [h0, c0], and h0 may be projected)."""
+    def rule(func, x, hx, params, has_biases, num_layers, dropout, train, bidirectional, batch_first):
+        states = list(hx) if isinstance(hx, (list, tuple)) else [hx]
+        directions = 2 if bidirectional else 1
+        if x.dim() != 3 or len(states) != (2 if gates == 4 else 1) or not contiguous(x) \
+                or not all(isinstance(h, torch.Tensor) and h.dim() == 3 for h in states):
+            return None
+        hidden, out_size = states[-1].shape[2], states[0].shape[2]
+        tensors = [x, *states, *params]
+        per_layer = (4 if has_biases else 2) + (1 if not same_size(hidden, out_size) else 0)
+        if len({t.dtype for t in tensors}) != 1 or not x.dtype.is_floating_point \
+                or len(params) != num_layers * directions * per_layer \
+                or any(isinstance(s, torch.SymInt) for p in params for s in p.shape) \
+                or any(isinstance(s, torch.SymInt) for h in states for s in (h.shape[0], h.shape[2])):
+            return None
+        batch = x.shape[0] if batch_first else x.shape[1]
+        if not all(same_sizes(h.shape[:2], (num_layers * directions, batch)) for h in states) \
+                or not same_sizes(params[0].shape, (gates * hidden, x.shape[2])):
+            return None
+        time = x.shape[1] if batch_first else x.shape[0]
+        out = _new((time, batch, directions * out_size), x.dtype)
+        return (out.transpose(0, 1) if batch_first else out, *(_new(h.shape, x.dtype) for h in states))
+    return rule
+
+
 _RULES: dict[Any, Callable] = {
+    aten.gru.input: _recurrent(3),
+    aten.lstm.input: _recurrent(4),
     aten.native_layer_norm.default: _layer_norm,
     aten._native_batch_norm_legit_no_training.default: _batch_norm,
     aten._native_batch_norm_legit.default: _batch_norm,

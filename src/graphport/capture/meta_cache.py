@@ -51,6 +51,7 @@ class MetaCache:
     def __init__(self):
         self.entries: dict = {}
         self.hits = 0
+        self.deferred = None   # capture/local_proofs.py: an answer carries the assumptions it needed
 
     def run(self, func, args: tuple, kwargs: dict, compute: Callable[[], Any]) -> Any:
         key = _key_of((args, tuple(sorted(kwargs.items()))))
@@ -60,10 +61,12 @@ class MetaCache:
         found = self.entries.get(key)
         if found is not None:
             self.hits += 1
-            return _rebuild(found)
+            if found[1] and self.deferred is not None:
+                self.deferred.replay(found[1])
+            return _rebuild(found[0])
         out = compute()
         if not _new_symbols(out, key):   # a data-dependent size (nonzero's row count) is new at every call
-            self.entries[key] = out
+            self.entries[key] = (out, self.deferred.current() if self.deferred is not None else {})
         return out
 
 

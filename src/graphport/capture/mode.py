@@ -172,7 +172,16 @@ class CaptureMode(_torch.TorchDispatchMode):
     def run_meta(self, func, args, kwargs, cache: bool = True):
         """The op's output metadata. An op that rejects its arguments raises OperatorError
         with eager's message; an op with no meta kernel raises UnsupportedOperatorError.
-        Classified by the operator and the exception's type, never by its text."""
+        Classified by the operator and the exception's type, never by its text. The
+        assumptions about small sizes it makes are proven for it alone (local_proofs.py)."""
+        deferred = self.rec.deferred
+        if deferred is None or custom_ops.is_custom(func):
+            return self._run_meta(func, args, kwargs, cache)
+        with deferred.metadata_of("meta" if cache else "view", func, args, kwargs) as result:
+            result.append(self._run_meta(func, args, kwargs, cache))
+        return result[0]
+
+    def _run_meta(self, func, args, kwargs, cache: bool):
         meta_args, meta_kwargs = map_args(self._meta, (args, kwargs))
         try:
             if not cache:
@@ -231,7 +240,20 @@ class CaptureMode(_torch.TorchDispatchMode):
         decide later view-or-copy choices, so they must be the ones the real run will have."""
         tracers = [t for t in pytree.tree_leaves((args, kwargs)) if isinstance(t, TracerTensor)] \
             if func in _CHOOSES_KERNEL_BY_GRAD else []
-        grads = [self.rec.grad.requires_grad(self.rec.value(t)) for t in tracers]
+        grads = tuple(self.rec.grad.requires_grad(self.rec.value(t)) for t in tracers)
+        val = self.kept_composite_meta(func, args, kwargs, grads)
+        if val is None:
+            return self.call(func, args, kwargs)
+        node_args, node_kwargs = map_args(self.rec.graph_arg, (args, kwargs))
+        node = self.rec.node(func, node_args, node_kwargs, val)
+        self.rec.user_calls.add(node)
+        return self.rec.wrap(val, node, self._device(args, kwargs))
+
+    def kept_composite_meta(self, func, args, kwargs, grads: tuple):
+        """A kept composite's output metadata, `grads` saying which of its tensor arguments
+        eager would have require grad; None when only its meta kernel can tell."""
+        tracers = [t for t in pytree.tree_leaves((args, kwargs)) if isinstance(t, TracerTensor)] \
+            if func in _CHOOSES_KERNEL_BY_GRAD else []
 
         def decomposed_meta():
             meta_args, meta_kwargs = map_args(self._meta, (args, kwargs))
@@ -242,13 +264,12 @@ class CaptureMode(_torch.TorchDispatchMode):
             with as_eager_requires(tracers, grads):
                 return self.metadata_by_decomposition(func, func.decompose, args, kwargs)
 
-        val = self.rec.meta_cache.run(("decomposed", func, *grads), args, kwargs, decomposed_meta)
-        if val is None:
-            return self.call(func, args, kwargs)
-        node_args, node_kwargs = map_args(self.rec.graph_arg, (args, kwargs))
-        node = self.rec.node(func, node_args, node_kwargs, val)
-        self.rec.user_calls.add(node)
-        return self.rec.wrap(val, node, self._device(args, kwargs))
+        deferred = self.rec.deferred
+        if deferred is None:
+            return self.rec.meta_cache.run(("decomposed", func, *grads), args, kwargs, decomposed_meta)
+        with deferred.metadata_of("kept", (func, grads), args, kwargs) as result:
+            result.append(self.rec.meta_cache.run(("decomposed", func, *grads), args, kwargs, decomposed_meta))
+        return result[0]
 
     def metadata_by_decomposition(self, func, decomposition, args, kwargs):
         """`func`'s output metadata from running `decomposition` on the tracers, in a scope
@@ -324,6 +345,8 @@ class CaptureMode(_torch.TorchDispatchMode):
         outputs this way (adaptive_avg_pool2d's channels-last result). As torch's
         functionalization does, the tensor stands for `as_strided` of its value from now on;
         its data is unchanged, so views taken before keep theirs."""
+        if self.rec.deferred is not None:
+            self.rec.deferred.written(target)
         val = self.run_meta(aten.as_strided.default, args, kwargs, cache=False)
         node_args, node_kwargs = pytree.tree_map(self.rec.graph_arg, (args, kwargs))
         node = self.rec.node(aten.as_strided.default, node_args, node_kwargs, val)
@@ -337,6 +360,8 @@ class CaptureMode(_torch.TorchDispatchMode):
     def write(self, target, value: TracerTensor, fill: Any = None) -> None:
         """Make `target` hold `value` from now on, as an in-place write would (`fill`: the
         one value every element takes, for fills)."""
+        if self.rec.deferred is not None:
+            self.rec.deferred.written(target)
         if not isinstance(target, TracerTensor):
             raise UnsupportedFeatureError(
                 "the program writes in place into a tensor that is not an input, parameter, buffer or "

@@ -52,6 +52,10 @@ class Recorder:
         self.fallback_stack: tuple = ()   # source location for nodes made after the program returned
         self._keepalive: list[torch.Tensor] = []
         self.until_done: contextlib.ExitStack | None = None   # exited when the capture ends
+        self.deferred = None   # assumptions proven operator by operator (local_proofs.py), if so
+
+    def defer_assumptions(self, deferred) -> None:
+        self.deferred = self.meta_cache.deferred = deferred
 
     @property
     def graph(self) -> fx.Graph:

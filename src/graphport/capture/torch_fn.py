@@ -16,11 +16,14 @@ from .tensor_data import has_data_dependent_values, tensor_from_symbolic
 
 class TorchFunctionTracker(TorchFunctionMode):
     """Remembers the outermost torch function being run; a mode is off while its own handler
-    runs, so functions called inside that one are not seen (they belong to it)."""
+    runs, so functions called inside that one are not seen (they belong to it). With
+    `deferred` (capture/local_proofs.py), tells it of the program's view-or-copy choices
+    and of its reads of strides and contiguity."""
 
-    def __init__(self, on_enter: Callable[[tuple | None], None] | None):
+    def __init__(self, on_enter: Callable[[tuple | None], None] | None, deferred=None):
         super().__init__()
         self.on_enter = on_enter
+        self.deferred = deferred
         self.counts: dict[str, int] = {}
 
     def __torch_function__(self, func, types, args=(), kwargs=None) -> Any:
@@ -33,6 +36,23 @@ class TorchFunctionTracker(TorchFunctionMode):
         self.counts[name] = count = self.counts.get(name, 0) + 1
         self.on_enter((f"{name}_{count}", f"{type(func).__name__}.{name}", func))
         try:
-            return func(*args, **(kwargs or {}))
+            layout = _LAYOUT_CALLS.get(func) if self.deferred is not None else None
+            if layout is None:
+                return func(*args, **(kwargs or {}))
+            if layout == "reads":
+                self.deferred.layout_read(f"the layout of a tensor (Tensor.{name})")
+                return func(*args, **(kwargs or {}))
+            with self.deferred.choice(args[0] if args else None) as result:
+                result.append(func(*args, **(kwargs or {})))
+            return result[0]
         finally:
             self.on_enter(None)
+
+
+# Calls that return a view or a copy depending on the layout, and calls that read it.
+_LAYOUT_CALLS = {
+    **{f: "chooses" for f in (torch.Tensor.contiguous, torch.Tensor.reshape, torch.reshape, torch.Tensor.reshape_as,
+                              torch.Tensor.flatten, torch.flatten)},
+    **{f: "reads" for f in (torch.Tensor.stride, torch.Tensor.is_contiguous, torch.Tensor.storage_offset,
+                            torch.Tensor.data_ptr, torch.Tensor.untyped_storage)},
+}

@@ -162,7 +162,9 @@ def _no_new_shape_facts(env, prove: Callable[[list], LoweredValidity] | bool) ->
                 "with, so its shape checks would no longer cover it", location=new[0].location,
                 fix="keep that operator whole: delete it from the decomposition table "
                     "(table = graphport.default_decompositions(); del table[op])")
-        grown = [(sym, least) for sym, least in env.assumed_min.items() if least > assumed.get(sym, 0)]
+        # what capture proved operator by operator it assumed too: lowering may assume as much
+        grown = [(sym, least) for sym, least in env.assumed_min.items()
+                 if least > max(assumed.get(sym, 0), env.proven_min.get(sym, 0))]
         if not prove and grown:
             sym, least = grown[0]
             raise UnsupportedFeatureError(

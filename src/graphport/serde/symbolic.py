@@ -132,6 +132,8 @@ def env_to_json(env: ShapeEnv) -> dict:
         "replacements": [[s.name, expr_to_json(e, table)] for s, e in env.replacements.items()],
         "assumed_min": [[s.name, v] for s, v in env.assumed_min.items()],
     }
+    if env.proven_min:   # written only where there are some: other programs' bytes are unchanged
+        doc["proven_min"] = [[s.name, v] for s, v in env.proven_min.items()]
     if env.unbacked.infos:   # written only where there are some: other programs' bytes are unchanged
         doc["data_dependent"] = _unbacked_to_json(env, table)
     return doc
@@ -174,11 +176,12 @@ def env_from_json(data: Any) -> ShapeEnv:
     for pair in _list(data.get("replacements")):
         sym, expr = _symbol_of(pair, env), expr_from_json(pair[1], table)
         env.replacements[sym] = expr
-    for pair in _list(data.get("assumed_min")):
-        sym = _symbol_of(pair, env)
-        if type(pair[1]) is not int:
-            raise ArtifactError(f"malformed assumption {_short(pair)}")
-        env.assumed_min[sym] = pair[1]
+    for key, into in (("assumed_min", env.assumed_min), ("proven_min", env.proven_min)):
+        for pair in _list(data.get(key)) if key in data or key == "assumed_min" else ():
+            sym = _symbol_of(pair, env)
+            if type(pair[1]) is not int:
+                raise ArtifactError(f"malformed assumption {_short(pair)}")
+            into[sym] = pair[1]
     return env
 
 

@@ -14,6 +14,7 @@ capture is not valid for instead of running them.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 import sympy
 
@@ -60,6 +61,10 @@ class ShapeEnv:
     _by_ranges: dict = field(default_factory=dict)
     unbacked: Unbacked = field(default_factory=Unbacked)   # data-dependent symbols (shapes/unbacked.py)
     exact: set = field(default_factory=set)   # symbols never assumed >= 1 or 2 (dynamic ints: 0 and 1 are ordinary)
+    # while capture runs: where assumptions go that capture proves operator by operator
+    # (capture/local_proofs.py); those it proved, by symbol (they hold at every size in range)
+    deferral: Any = None
+    proven_min: dict[sympy.Symbol, int] = field(default_factory=dict)
 
     def share_caches(self, other: "ShapeEnv") -> None:
         """Reuse `other`'s caches of pure answers (a re-trace of the same program: most of
@@ -117,7 +122,10 @@ class ShapeEnv:
             if found is not None:
                 if record:
                     for sym in (rel.free_symbols & self.symbols.keys()) - self.exact:
-                        if self.symbols[sym].declared.lower < least and self.assumed_min.get(sym, 0) < least:
+                        if self.symbols[sym].declared.lower >= least or (
+                                self.deferral is not None and self.deferral.take(sym, least, location)):
+                            continue
+                        if self.assumed_min.get(sym, 0) < least:
                             self.assumed_min[sym] = least
                             self.assumption_sites[sym] = location or innermost_user_location()
                 return found

@@ -1,0 +1,276 @@
+"""Small sizes proven operator by operator, without tracing the program again.
+
+Capture may answer a size question assuming a dynamic size is at least 2, and then has to
+prove the smaller sizes in range (passes/small_sizes.py does it by tracing the whole program
+again at each of them). Most such answers are given while one operator's output metadata is
+worked out: a broadcast asks whether the batch is 1, a view's strides whether a dimension is 1.
+Their only effect is that operator's output shapes and strides, so they are proven by working
+that metadata out again at the small size and comparing. A third kind of answer is one a
+`contiguous()`, `reshape` or `flatten` call makes choosing between a view and a copy: the values
+are the same either way, so it needs no proof unless the program later writes in place into the
+result or its source (an alias at size 1, a copy at size 2), or reads their layout.
+
+The whole program is traced again only when some assumption was made anywhere else (in the
+program's own code, in a composite kernel deciding which operators to run), when a proof here
+fails, or when a metadata computation cannot be repeated in isolation; then every deferred
+assumption becomes an ordinary one, proven by that trace.
+
+Strides of dimensions of size 1 address nothing: they are not compared (eager's may differ
+from ours there at the small size, as they may between two eager kernels).
+"""
+from __future__ import annotations
+
+import contextlib
+import itertools
+from dataclasses import dataclass, field
+from typing import Any, Iterator
+
+import sympy
+import torch
+
+from ..op_args import map_args
+from ..shapes.env import ShapeEnv
+from ..shapes.node import SymNode, symint
+from ..shapes.spec import InputShapes
+from ..source import SourceLocation, innermost_user_location
+from .tracer import TracerTensor
+
+_MAX_PIN_SETS_PER_CALL = 16
+
+
+@dataclass(frozen=True)
+class _Tensor:
+    """A tensor argument or result as size expressions: what a metadata computation reads."""
+    shape: tuple
+    stride: tuple
+    offset: Any
+    storage_elements: Any
+    dtype: torch.dtype
+    device: torch.device
+    requires_grad: bool
+
+
+@dataclass
+class MetadataCall:
+    """One operator's metadata computation that assumed sizes at least 1 or 2."""
+    kind: str          # "meta": run_meta (cached); "view": run_meta uncached; "kept": a kept composite
+    func: Any
+    args: Any
+    kwargs: Any
+    out: Any
+    symbols: frozenset  # every symbol its arguments' sizes use
+
+
+@dataclass
+class DeferredAssumptions:
+    """Where the capture's environment sends the assumptions made inside a metadata
+    computation or a view-or-copy choice (ShapeEnv.deferral), and what proves them."""
+    env: ShapeEnv
+    metadata_min: dict = field(default_factory=dict)   # symbol -> least size a metadata computation assumed
+    layout_min: dict = field(default_factory=dict)     # symbol -> least size a view-or-copy choice assumed
+    sites: dict = field(default_factory=dict)          # symbol -> the user's line that first needed it
+    calls: dict = field(default_factory=dict)          # key -> MetadataCall to repeat at the small sizes
+    unprovable: str | None = None                      # why the operator-by-operator proof cannot hold
+    layout_reads: str | None = None                    # the layout the program read, if it did
+    _frames: list = field(default_factory=list)        # assumptions of each metadata computation running
+    _choices: list = field(default_factory=list)       # assumptions of each view-or-copy choice running
+    _ambiguous: set = field(default_factory=set)       # id() of tensors that may alias at a small size
+
+    # -- receiving assumptions (ShapeEnv._decide) ---------------------------------------------
+
+    def take(self, sym: sympy.Symbol, least: int, location: SourceLocation | None) -> bool:
+        """Keep an assumption for a proof here (True), or leave it to the env (False)."""
+        if self._frames:
+            for frame in self._frames:
+                frame[sym] = max(frame.get(sym, 0), least)
+        elif self._choices:
+            self._choices[-1][sym] = max(self._choices[-1].get(sym, 0), least)
+            self.layout_min[sym] = max(self.layout_min.get(sym, 0), least)
+        else:
+            return False
+        if sym not in self.sites:
+            self.sites[sym] = location or innermost_user_location()
+        return True
+
+    def replay(self, assumed: dict) -> None:
+        """A cached metadata answer brings along the assumptions it was computed under."""
+        for sym, least in assumed.items():
+            self.take(sym, least, None)
+
+    def current(self) -> dict:
+        return dict(self._frames[-1]) if self._frames else {}
+
+    # -- metadata computations (capture/mode.py) ---------------------------------------------
+
+    @contextlib.contextmanager
+    def metadata_of(self, kind: str, func, args, kwargs) -> Iterator[list]:
+        """Run one operator's metadata computation; the list yielded takes its result."""
+        frame: dict = {}
+        self._frames.append(frame)
+        result: list = []
+        try:
+            yield result
+        finally:
+            self._frames.pop()
+        if frame and result and not self._frames:   # an inner one is proven with the outermost
+            self._remember(kind, func, args, kwargs, result[0], frame)
+
+    def _remember(self, kind: str, func, args, kwargs, out, frame: dict) -> None:
+        for sym, least in frame.items():
+            self.metadata_min[sym] = max(self.metadata_min.get(sym, 0), least)
+        if self.unprovable:
+            return
+        try:
+            described = _describe((args, kwargs), self.env)
+            key = (kind, func, _hashable(described))
+            if key not in self.calls:
+                self.calls[key] = MetadataCall(kind, func, described[0], described[1], _describe(out, self.env),
+                                               frozenset(_symbols(described)))
+        except _NotRepeatable as e:
+            self.unprovable = f"the metadata of {func} cannot be worked out again in isolation ({e})"
+
+    # -- view-or-copy choices (capture/torch_fn.py) -------------------------------------------
+
+    @contextlib.contextmanager
+    def choice(self, source) -> Iterator[list]:
+        """A call that returns a view or a copy of `source` depending on its layout; the list
+        yielded takes its result. A choice that needed an assumption makes both tensors ones
+        whose aliasing may differ at a small size."""
+        frame: dict = {}
+        self._choices.append(frame)
+        result: list = []
+        try:
+            yield result
+        finally:
+            self._choices.pop()
+        if frame:
+            for t in (source, *(result[:1])):
+                if isinstance(t, TracerTensor):
+                    self._ambiguous.add(id(t.gp_base if t.gp_base is not None else t))
+
+    def written(self, target) -> None:
+        """An in-place write: into a tensor whose aliasing may differ, it tells them apart."""
+        if self._ambiguous and isinstance(target, TracerTensor) \
+                and id(target.gp_base if target.gp_base is not None else target) in self._ambiguous:
+            self.unprovable = "the program writes in place into a tensor that is a view at some sizes and a copy at others"
+
+    def layout_read(self, what: str) -> None:
+        """The program reads strides or contiguity: where they differ at a small size, it may act on it."""
+        self.layout_reads = self.layout_reads or what
+
+    # -- settling ----------------------------------------------------------------------------
+
+    def settle(self, shapes: InputShapes) -> None:
+        """Prove the deferred assumptions here where possible; else make them the env's own,
+        for the re-trace to prove. Done once, after capture."""
+        env = self.env
+        env.deferral = None
+        deferred = {**{s: 0 for s in self.layout_min}, **self.metadata_min}
+        for sym in deferred:
+            deferred[sym] = max(self.layout_min.get(sym, 0), self.metadata_min.get(sym, 0))
+        if not deferred:
+            return
+        if self.layout_reads is not None:
+            self.unprovable = f"the program reads {self.layout_reads}"
+        if not self.unprovable and not env.assumed_min and _prove(self, shapes):
+            env.proven_min.update(deferred)
+            return
+        for sym, least in deferred.items():
+            if env.assumed_min.get(sym, 0) < least:
+                env.assumed_min[sym] = least
+                env.assumption_sites.setdefault(sym, self.sites.get(sym))
+
+
+# -- describing and rebuilding arguments --------------------------------------------------------
+
+class _NotRepeatable(Exception):
+    pass
+
+
+def _expr(v, env: ShapeEnv):
+    if isinstance(v, (torch.SymInt, torch.SymFloat, torch.SymBool)):
+        node = v.node
+        if not isinstance(node, SymNode) or node.env is not env or (node.recipe is not None and not node.exact):
+            raise _NotRepeatable(f"a size computed through floats: {v}")
+        expr = env.simplify(node.expr)
+        if any(s not in env.symbols for s in expr.free_symbols):
+            raise _NotRepeatable(f"a data-dependent size: {expr}")
+        return ("S", type(v), expr)
+    return v
+
+
+def _describe(value, env: ShapeEnv):
+    def one(v):
+        if isinstance(v, torch.Tensor):
+            meta = v.gp_meta if isinstance(v, TracerTensor) else v
+            elements = meta.untyped_storage().nbytes() // max(meta.element_size(), 1)
+            return _Tensor(tuple(_expr(s, env) for s in meta.shape), tuple(_expr(s, env) for s in meta.stride()),
+                           _expr(meta.storage_offset(), env), _expr(elements, env), meta.dtype, v.device,
+                           v.requires_grad)
+        if isinstance(v, (torch.SymInt, torch.SymFloat, torch.SymBool)):
+            return _expr(v, env)
+        if isinstance(v, (list, tuple)):
+            return type(v)(one(x) for x in v) if not hasattr(v, "_fields") else tuple(one(x) for x in v)
+        if isinstance(v, dict):
+            return {k: one(x) for k, x in v.items()}
+        if v is None or isinstance(v, (bool, int, float, str, torch.dtype, torch.device, torch.layout,
+                                       torch.memory_format)):
+            return v
+        raise _NotRepeatable(f"an argument of type {type(v).__name__}")
+    return one(value)
+
+
+def _hashable(value):
+    if isinstance(value, (list, tuple)):
+        return tuple(_hashable(v) for v in value)
+    if isinstance(value, dict):
+        return tuple(sorted((k, _hashable(v)) for k, v in value.items()))
+    return value
+
+
+def _symbols(value) -> set:
+    found: set = set()
+
+    def visit(v):
+        if isinstance(v, tuple) and len(v) == 3 and v[0] == "S":
+            found.update(v[2].free_symbols)
+        elif isinstance(v, _Tensor):
+            for part in (*v.shape, *v.stride, v.offset, v.storage_elements):
+                visit(part)
+        elif isinstance(v, (list, tuple)):
+            for x in v:
+                visit(x)
+        elif isinstance(v, dict):
+            for x in v.values():
+                visit(x)
+    visit(value)
+    return found
+
+
+def _at(expr, pins: dict) -> sympy.Basic:
+    return sympy.expand(sympy.sympify(expr).xreplace(pins))
+
+
+# -- the proof ------------------------------------------------------------------------------------
+
+def _prove(deferred: DeferredAssumptions, shapes: InputShapes) -> bool:
+    """Every recorded metadata computation gives, at every combination of the small sizes of
+    the deferred symbols its arguments use, the metadata the capture recorded there."""
+    from .pinned_metadata import PinnedSessions   # a capture in another env: imported when needed
+    env = deferred.env
+    least = {s: max(deferred.metadata_min.get(s, 0), deferred.layout_min.get(s, 0)) for s in deferred.metadata_min}
+    smalls = {s: list(range(n - 1, env.symbols[s].declared.lower - 1, -1)) for s, n in least.items()}
+    with PinnedSessions(shapes) as sessions:
+        for call in deferred.calls.values():
+            involved = sorted((s for s in call.symbols if smalls.get(s)), key=str)
+            choices = [[None, *smalls[s]] for s in involved]
+            pin_sets = [dict((s, v) for s, v in zip(involved, values) if v is not None)
+                        for values in itertools.product(*choices)]
+            pin_sets = [p for p in pin_sets if p]
+            if len(pin_sets) > _MAX_PIN_SETS_PER_CALL:
+                return False
+            for pins in pin_sets:
+                allowed = set(involved) - pins.keys()
+                if not sessions.same_metadata(call, {s: sympy.Integer(v) for s, v in pins.items()}, allowed):
+                    return False
+    return True

@@ -1,0 +1,158 @@
+"""One operator's metadata worked out again with some symbols pinned to small sizes.
+
+Each set of pins gets its own session: a shape environment where those symbols are the
+pinned numbers and the others keep their declared ranges, and a capture mode whose
+recording is thrown away. An operator's arguments are rebuilt there from the size
+expressions capture recorded, its metadata computed by the same code path capture took
+(capture/mode.py), and the result compared with what capture recorded, pins applied.
+"""
+from __future__ import annotations
+
+import contextlib
+
+import sympy
+import torch
+
+from ..shapes.env import ShapeEnv
+from ..shapes.node import SymNode
+from ..shapes.spec import InputShapes
+from .environment import capture_environment
+from .inputs import laid_out
+from .local_proofs import MetadataCall, _at, _Tensor
+from .mode import CaptureMode
+from .recorder import Recorder
+from .sizes import SizeValues
+from .tracer import TracerTensor
+
+class PinnedSessions(contextlib.ExitStack):
+    def __init__(self, shapes: InputShapes):
+        super().__init__()
+        self.shapes = shapes
+        self.sessions: dict = {}
+
+    def __enter__(self) -> "PinnedSessions":
+        super().__enter__()
+        self.enter_context(capture_environment(None, symbolic=True))
+        return self
+
+    def same_metadata(self, call: MetadataCall, pins: dict, allowed: set) -> bool:
+        """Whether `call` gives its recorded metadata at `pins`, asking no new question of the
+        sizes and assuming nothing about other symbols than `allowed` (each proven at its own
+        pins)."""
+        key = frozenset(pins.items())
+        session = self.sessions.get(key)
+        if session is None:
+            session = self.sessions[key] = _Session(self.shapes, pins)
+        return session.same(call, allowed)
+
+
+class _Session:
+    def __init__(self, shapes: InputShapes, pins: dict):
+        from ..passes.small_sizes import pin   # passes build on capture, not the other way
+        self.pins = pins
+        pinned = pin(shapes, pins)
+        self.env: ShapeEnv = pinned.env
+        self.original_guards = {g.rel.xreplace(pins) for g in shapes.env.guards}
+        self.rec = Recorder(locations=False)
+        inputs = {}
+        for i, dims in pinned.sizes.items():
+            meta = laid_out(dims, list(range(len(dims) - 1, -1, -1)), torch.float32, self.env)
+            inputs[i] = self.rec.placeholder(f"input_{i}", meta)
+        for i, size in pinned.scalars.items():
+            inputs[i] = self.rec.placeholder(f"input_{i}", self._value(("S", torch.SymInt, size)))
+        self.rec.sizes = SizeValues(self.env, inputs)
+        self.mode = CaptureMode(self.rec)
+
+    def same(self, call: MetadataCall, allowed: set) -> bool:
+        self.env.assumed_min.clear()
+        self.rec.meta_cache.entries.clear()   # every question asked afresh, its assumption seen
+        guards = len(self.env.guards)
+        try:
+            args, kwargs = self._rebuild(call.args), self._rebuild(call.kwargs)
+            if call.kind == "kept":
+                func, grads = call.func
+                out = self.mode.kept_composite_meta(func, args, kwargs, grads)
+            else:
+                out = self.mode.run_meta(call.func, args, kwargs, cache=call.kind == "meta")
+        except Exception:   # the operator fails there, or cannot be repeated: the re-trace decides
+            return False
+        return (self._same(call.out, out)
+                and all(g.rel in self.original_guards for g in self.env.guards[guards:])
+                and all(sym in allowed for sym in self.env.assumed_min))
+
+    # -- arguments --------------------------------------------------------------------------
+
+    def _value(self, described):
+        if not (isinstance(described, tuple) and len(described) == 3 and described[0] == "S"):
+            return described
+        _, kind, expr = described
+        expr = self.env.simplify(_at(expr, self.pins))
+        pytype = {torch.SymInt: int, torch.SymFloat: float, torch.SymBool: bool}[kind]
+        if not expr.free_symbols:
+            return pytype(expr) if pytype is not bool else bool(expr)
+        return kind(SymNode(expr, self.env, pytype))
+
+    def _rebuild(self, described):
+        if isinstance(described, _Tensor):
+            return self._tracer(described)
+        if isinstance(described, tuple) and len(described) == 3 and described[0] == "S":
+            return self._value(described)
+        if isinstance(described, (list, tuple)):
+            return type(described)(self._rebuild(v) for v in described)
+        if isinstance(described, dict):
+            return {k: self._rebuild(v) for k, v in described.items()}
+        return described
+
+    def _tracer(self, t: _Tensor) -> TracerTensor:
+        size = [self._value(s) for s in t.shape]
+        stride = [self._value(s) for s in t.stride]
+        storage = torch.empty((self._value(t.storage_elements),), dtype=t.dtype, device="meta")
+        meta = storage.as_strided(size, stride, self._value(t.offset))
+        if t.requires_grad:
+            meta.requires_grad_(True)
+        node = self.rec.placeholder(f"arg_{len(self.rec.placeholders)}", meta)
+        tracer = TracerTensor(meta, t.device, node.name)
+        self.rec.root.bind(tracer, node, 0)
+        return tracer
+
+    # -- results ----------------------------------------------------------------------------
+
+    def _expr(self, value) -> sympy.Basic:
+        if isinstance(value, (torch.SymInt, torch.SymFloat, torch.SymBool)):
+            return sympy.expand(self.env.simplify(value.node.expr))
+        return sympy.sympify(value)
+
+    def _same(self, recorded, out) -> bool:
+        if isinstance(recorded, _Tensor):
+            if not isinstance(out, torch.Tensor):
+                return False
+            meta = out.gp_meta if isinstance(out, TracerTensor) else out
+            shape = [self._expr(s) for s in meta.shape]
+            if meta.dtype != recorded.dtype or len(shape) != len(recorded.shape) \
+                    or any(not _equal(a, self._pinned(b)) for a, b in zip(shape, recorded.shape)):
+                return False
+            if any(a == 0 for a in shape):
+                return True   # no elements: the layout addresses nothing
+            strides = [(self._expr(a), b) for a, b, n in zip(meta.stride(), recorded.stride, shape) if n != 1]
+            return (all(_equal(a, self._pinned(b)) for a, b in strides)
+                    and _equal(self._expr(meta.storage_offset()), self._pinned(recorded.offset)))
+        if isinstance(recorded, tuple) and len(recorded) == 3 and recorded[0] == "S":
+            return isinstance(out, (int, float, bool, torch.SymInt, torch.SymFloat, torch.SymBool)) \
+                and _equal(self._expr(out), self._pinned(recorded))
+        if isinstance(recorded, (list, tuple)):
+            return isinstance(out, (list, tuple)) and len(out) == len(recorded) \
+                and all(self._same(r, o) for r, o in zip(recorded, out))
+        if isinstance(out, torch.Tensor):
+            return False
+        return type(recorded) is type(out) and recorded == out
+
+    def _pinned(self, described) -> sympy.Basic:
+        if isinstance(described, tuple) and len(described) == 3 and described[0] == "S":
+            return sympy.expand(self.env.simplify(_at(described[2], self.pins)))
+        return sympy.sympify(described)
+
+
+def _equal(a: sympy.Basic, b: sympy.Basic) -> bool:
+    if isinstance(a, sympy.logic.boolalg.Boolean) or isinstance(b, sympy.logic.boolalg.Boolean):
+        return a == b
+    return a == b or sympy.expand(a - b) == 0
