@@ -16,6 +16,7 @@ import torch
 
 from ._gc import cycle_collection_paused
 from .capture import Captured, argument_names, capture, input_paths, program_module
+from .capture.pinned_metadata import proven_by_metadata
 from .errors import ConstraintViolationError, InputMismatchError, UnsupportedFeatureError, UnsupportedInputError
 from .passes.dead_code import eliminate_dead_code
 from .passes.metadata import finish_metadata
@@ -75,7 +76,7 @@ def export(mod: torch.nn.Module | Callable, args: tuple, kwargs: dict | None = N
 
     captured = trace(shapes, prove_locally=True)
     if shapes is not None and shapes.env.deferral is not None:
-        shapes.env.deferral.settle(shapes)
+        shapes.env.deferral.settle(lambda deferred: proven_by_metadata(deferred, shapes))
     contract = None if shapes is None else _shape_contract(shapes, captured, trace)
     contract = with_data_dependent(contract, captured.shape_env)
     for note in [] if shapes is None else shapes.specialized:

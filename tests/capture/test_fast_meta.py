@@ -345,3 +345,60 @@ def test_recurrent_layers_match_eager_at_every_batch(op, batch_first, bidirectio
             continue   # eager refuses an empty batch
         eager = call(_real(x_shape, values), [_real(s, values) for s in state_shapes], params)
         _check_against_eager(tuple(out), tuple(eager), values)
+
+
+VIEWS = [   # (input shape, view shape); s0, s1 are the symbols
+    (("s0", 6), ("s0", 2, 3)),
+    (("s0", 6), ("s0", -1, 3)),
+    (("s0", "s1", 4), (-1, 4)),
+    (("s0", "s1", 4), ("s0", "s1", 2, 2)),
+    (("s0", "s1", 4), ("s0", 1, "s1", 4)),
+    ((2, "s0", 3), (6, "s0")),
+    (("s0", 4), (-1,)),
+]
+
+
+@pytest.mark.parametrize("lower", [0, 1])
+@pytest.mark.parametrize("func", [aten.view.default, aten._unsafe_view.default])
+@pytest.mark.parametrize("before,after", VIEWS)
+def test_view_of_row_major_closed_form_is_eager_at_every_size(lower, func, before, after):
+    from graphport.capture.view_meta import view_meta
+    env, syms = _env(lower)
+    named = {"s0": syms[0], "s1": syms[1]}
+    shape_in = [named.get(s, s) for s in before]
+    shape_out = [symint(named[s], env) if s in named else s for s in after]
+    out = view_meta(func, (_meta(shape_in, env), shape_out), {})
+    if -1 in after and lower == 0 and any(s in named for s in after):
+        assert out is None   # at size 0 that -1 is ambiguous: eager raises, so torch's path decides
+        return
+    assert out is not None
+    for values in _points(syms[:2], 2):
+        if any(v < lower for v in values.values()):
+            continue
+        real = _real(shape_in, values)
+        _check_against_eager(out, func(real, [_at(s, values) for s in shape_out]), values)
+
+
+def test_view_declines_a_tensor_that_is_not_row_major_or_a_size_that_does_not_divide():
+    from graphport.capture.view_meta import view_meta
+    env, (s0, s1, _) = _env(1)
+    transposed = torch.empty_strided((6, symint(s0, env)), (1, 6), device="meta")
+    assert view_meta(aten.view.default, (transposed, [-1]), {}) is None
+    assert view_meta(aten.view.default, (_meta((s0, 6), env), [symint(s1, env), -1]), {}) is None
+
+
+@pytest.mark.parametrize("memory_format", [None, torch.preserve_format, torch.contiguous_format])
+@pytest.mark.parametrize("layout", ["row-major", "transposed", "permuted"])
+def test_clone_closed_form_is_eager_at_every_size(memory_format, layout):
+    env, syms = _env(0)
+    b, t = symint(syms[0], env), symint(syms[1], env)
+    shape, strides = {"row-major": ((b, 5, t), (5 * t, t, 1)), "transposed": ((t, 5, b), (1, t, 5 * t)),
+                      "permuted": ((5, t, b), (t, 1, 5 * t))}[layout]
+    x = torch.empty_strided(shape, strides, device="meta")
+    kwargs = {} if memory_format is None else {"memory_format": memory_format}
+    out = pointwise_meta(aten.clone.default, (x,), kwargs)
+    assert out is not None
+    for values in _points(syms, 2):
+        real = _real((syms[0], 5, syms[1]), values)
+        real = {"row-major": real, "transposed": real.transpose(0, 2), "permuted": real.permute(1, 2, 0)}[layout]
+        _check_against_eager(out, aten.clone.default(real, **kwargs), values)

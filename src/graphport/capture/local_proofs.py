@@ -21,9 +21,8 @@ from ours there at the small size, as they may between two eager kernels).
 from __future__ import annotations
 
 import contextlib
-import itertools
 from dataclasses import dataclass, field
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 import sympy
 import torch
@@ -31,15 +30,11 @@ import torch
 from ..op_args import map_args
 from ..shapes.env import ShapeEnv
 from ..shapes.node import SymNode, symint
-from ..shapes.spec import InputShapes
 from ..source import SourceLocation, innermost_user_location
 from .tracer import TracerTensor
 
-_MAX_PIN_SETS_PER_CALL = 16
-
-
 @dataclass(frozen=True)
-class _Tensor:
+class TensorLayout:
     """A tensor argument or result as size expressions: what a metadata computation reads."""
     shape: tuple
     stride: tuple
@@ -125,7 +120,7 @@ class DeferredAssumptions:
             key = (kind, func, _hashable(described))
             if key not in self.calls:
                 self.calls[key] = MetadataCall(kind, func, described[0], described[1], _describe(out, self.env),
-                                               frozenset(_symbols(described)))
+                                               frozenset(symbols_of(described)))
         except _NotRepeatable as e:
             self.unprovable = f"the metadata of {func} cannot be worked out again in isolation ({e})"
 
@@ -160,19 +155,19 @@ class DeferredAssumptions:
 
     # -- settling ----------------------------------------------------------------------------
 
-    def settle(self, shapes: InputShapes) -> None:
-        """Prove the deferred assumptions here where possible; else make them the env's own,
-        for the re-trace to prove. Done once, after capture."""
+    def settle(self, proven: Callable[["DeferredAssumptions"], bool]) -> None:
+        """Keep the deferred assumptions as proven if `proven(self)` says so; else make them
+        the env's own, for the re-trace to prove. Done once, after capture; the proof is not
+        tried when the re-trace is needed anyway (it proves them all)."""
         env = self.env
         env.deferral = None
-        deferred = {**{s: 0 for s in self.layout_min}, **self.metadata_min}
-        for sym in deferred:
-            deferred[sym] = max(self.layout_min.get(sym, 0), self.metadata_min.get(sym, 0))
+        deferred = {s: max(self.layout_min.get(s, 0), self.metadata_min.get(s, 0))
+                    for s in {*self.layout_min, *self.metadata_min}}
         if not deferred:
             return
         if self.layout_reads is not None:
             self.unprovable = f"the program reads {self.layout_reads}"
-        if not self.unprovable and not env.assumed_min and _prove(self, shapes):
+        if not self.unprovable and not env.assumed_min and proven(self):
             env.proven_min.update(deferred)
             return
         for sym, least in deferred.items():
@@ -204,7 +199,7 @@ def _describe(value, env: ShapeEnv):
         if isinstance(v, torch.Tensor):
             meta = v.gp_meta if isinstance(v, TracerTensor) else v
             elements = meta.untyped_storage().nbytes() // max(meta.element_size(), 1)
-            return _Tensor(tuple(_expr(s, env) for s in meta.shape), tuple(_expr(s, env) for s in meta.stride()),
+            return TensorLayout(tuple(_expr(s, env) for s in meta.shape), tuple(_expr(s, env) for s in meta.stride()),
                            _expr(meta.storage_offset(), env), _expr(elements, env), meta.dtype, v.device,
                            v.requires_grad)
         if isinstance(v, (torch.SymInt, torch.SymFloat, torch.SymBool)):
@@ -228,13 +223,13 @@ def _hashable(value):
     return value
 
 
-def _symbols(value) -> set:
+def symbols_of(value) -> set:
     found: set = set()
 
     def visit(v):
         if isinstance(v, tuple) and len(v) == 3 and v[0] == "S":
             found.update(v[2].free_symbols)
-        elif isinstance(v, _Tensor):
+        elif isinstance(v, TensorLayout):
             for part in (*v.shape, *v.stride, v.offset, v.storage_elements):
                 visit(part)
         elif isinstance(v, (list, tuple)):
@@ -247,30 +242,5 @@ def _symbols(value) -> set:
     return found
 
 
-def _at(expr, pins: dict) -> sympy.Basic:
+def at_pins(expr, pins: dict) -> sympy.Basic:
     return sympy.expand(sympy.sympify(expr).xreplace(pins))
-
-
-# -- the proof ------------------------------------------------------------------------------------
-
-def _prove(deferred: DeferredAssumptions, shapes: InputShapes) -> bool:
-    """Every recorded metadata computation gives, at every combination of the small sizes of
-    the deferred symbols its arguments use, the metadata the capture recorded there."""
-    from .pinned_metadata import PinnedSessions   # a capture in another env: imported when needed
-    env = deferred.env
-    least = {s: max(deferred.metadata_min.get(s, 0), deferred.layout_min.get(s, 0)) for s in deferred.metadata_min}
-    smalls = {s: list(range(n - 1, env.symbols[s].declared.lower - 1, -1)) for s, n in least.items()}
-    with PinnedSessions(shapes) as sessions:
-        for call in deferred.calls.values():
-            involved = sorted((s for s in call.symbols if smalls.get(s)), key=str)
-            choices = [[None, *smalls[s]] for s in involved]
-            pin_sets = [dict((s, v) for s, v in zip(involved, values) if v is not None)
-                        for values in itertools.product(*choices)]
-            pin_sets = [p for p in pin_sets if p]
-            if len(pin_sets) > _MAX_PIN_SETS_PER_CALL:
-                return False
-            for pins in pin_sets:
-                allowed = set(involved) - pins.keys()
-                if not sessions.same_metadata(call, {s: sympy.Integer(v) for s, v in pins.items()}, allowed):
-                    return False
-    return True

@@ -27,6 +27,7 @@ from .grad import as_eager_requires
 from .layer_meta import META_BY_DECOMPOSITION, layer_meta
 from .pointwise_meta import pointwise_meta
 from .reduction_meta import reduction_meta
+from .view_meta import view_meta
 from .recorder import Recorder
 from .rules import HIGHER_ORDER, SPECIAL
 from .tracer import META, TracerTensor, data_dependent
@@ -185,7 +186,8 @@ class CaptureMode(_torch.TorchDispatchMode):
         meta_args, meta_kwargs = map_args(self._meta, (args, kwargs))
         try:
             if not cache:
-                return func(*meta_args, **meta_kwargs)
+                found = view_meta(func, meta_args, meta_kwargs) if _symbolic(meta_args) else None
+                return found if found is not None else func(*meta_args, **meta_kwargs)
             if custom_ops.is_custom(func):
                 return custom_ops.run_fake_kernel(func, meta_args, meta_kwargs, self)
             return self.rec.meta_cache.run(func, meta_args, meta_kwargs,
@@ -199,11 +201,11 @@ class CaptureMode(_torch.TorchDispatchMode):
 
     def _meta_kernel(self, func, args, kwargs, meta_args, meta_kwargs):
         """torch's meta kernel; on symbolic sizes first the closed forms for the common calls
-        (capture/pointwise_meta.py, layer_meta.py, reduction_meta.py), then torch's own Python
+        (capture/pointwise_meta.py, layer_meta.py, reduction_meta.py, view_meta.py), then torch's own Python
         decomposition run on the tracers, whose pieces take those closed forms."""
         if _symbolic(meta_args):
             out = None
-            for closed_form in (pointwise_meta, layer_meta, reduction_meta):
+            for closed_form in (pointwise_meta, layer_meta, reduction_meta, view_meta):
                 out = closed_form(func, meta_args, meta_kwargs)
                 if out is not None:
                     break

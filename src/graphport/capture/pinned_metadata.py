@@ -9,20 +9,46 @@ expressions capture recorded, its metadata computed by the same code path captur
 from __future__ import annotations
 
 import contextlib
+import itertools
 
 import sympy
 import torch
 
+from ..passes.small_sizes import pin
 from ..shapes.env import ShapeEnv
 from ..shapes.node import SymNode
 from ..shapes.spec import InputShapes
 from .environment import capture_environment
 from .inputs import laid_out
-from .local_proofs import MetadataCall, _at, _Tensor
+from .local_proofs import DeferredAssumptions, MetadataCall, TensorLayout, at_pins
 from .mode import CaptureMode
 from .recorder import Recorder
 from .sizes import SizeValues
 from .tracer import TracerTensor
+
+_MAX_PIN_SETS_PER_CALL = 16
+
+
+def proven_by_metadata(deferred: DeferredAssumptions, shapes: InputShapes) -> bool:
+    """Whether every recorded metadata call gives, at every combination of the small sizes
+    of the deferred symbols its arguments use, the metadata capture recorded there."""
+    env = deferred.env
+    smalls = {s: list(range(least - 1, env.symbols[s].declared.lower - 1, -1))
+              for s, least in deferred.metadata_min.items()}
+    with PinnedSessions(shapes) as sessions:
+        for call in deferred.calls.values():
+            involved = sorted((s for s in call.symbols if smalls.get(s)), key=str)
+            pin_sets = [{s: v for s, v in zip(involved, values) if v is not None}
+                        for values in itertools.product(*([None, *smalls[s]] for s in involved))]
+            pin_sets = [p for p in pin_sets if p]
+            if len(pin_sets) > _MAX_PIN_SETS_PER_CALL:
+                return False
+            for pins in pin_sets:
+                allowed = set(involved) - pins.keys()
+                if not sessions.same_metadata(call, {s: sympy.Integer(v) for s, v in pins.items()}, allowed):
+                    return False
+    return True
+
 
 class PinnedSessions(contextlib.ExitStack):
     def __init__(self, shapes: InputShapes):
@@ -48,7 +74,6 @@ class PinnedSessions(contextlib.ExitStack):
 
 class _Session:
     def __init__(self, shapes: InputShapes, pins: dict):
-        from ..passes.small_sizes import pin   # passes build on capture, not the other way
         self.pins = pins
         pinned = pin(shapes, pins)
         self.env: ShapeEnv = pinned.env
@@ -86,14 +111,14 @@ class _Session:
         if not (isinstance(described, tuple) and len(described) == 3 and described[0] == "S"):
             return described
         _, kind, expr = described
-        expr = self.env.simplify(_at(expr, self.pins))
+        expr = self.env.simplify(at_pins(expr, self.pins))
         pytype = {torch.SymInt: int, torch.SymFloat: float, torch.SymBool: bool}[kind]
         if not expr.free_symbols:
             return pytype(expr) if pytype is not bool else bool(expr)
         return kind(SymNode(expr, self.env, pytype))
 
     def _rebuild(self, described):
-        if isinstance(described, _Tensor):
+        if isinstance(described, TensorLayout):
             return self._tracer(described)
         if isinstance(described, tuple) and len(described) == 3 and described[0] == "S":
             return self._value(described)
@@ -103,7 +128,7 @@ class _Session:
             return {k: self._rebuild(v) for k, v in described.items()}
         return described
 
-    def _tracer(self, t: _Tensor) -> TracerTensor:
+    def _tracer(self, t: TensorLayout) -> TracerTensor:
         size = [self._value(s) for s in t.shape]
         stride = [self._value(s) for s in t.stride]
         storage = torch.empty((self._value(t.storage_elements),), dtype=t.dtype, device="meta")
@@ -123,7 +148,7 @@ class _Session:
         return sympy.sympify(value)
 
     def _same(self, recorded, out) -> bool:
-        if isinstance(recorded, _Tensor):
+        if isinstance(recorded, TensorLayout):
             if not isinstance(out, torch.Tensor):
                 return False
             meta = out.gp_meta if isinstance(out, TracerTensor) else out
@@ -148,7 +173,7 @@ class _Session:
 
     def _pinned(self, described) -> sympy.Basic:
         if isinstance(described, tuple) and len(described) == 3 and described[0] == "S":
-            return sympy.expand(self.env.simplify(_at(described[2], self.pins)))
+            return sympy.expand(self.env.simplify(at_pins(described[2], self.pins)))
         return sympy.sympify(described)
 
 

@@ -19,8 +19,9 @@ every size, so no question needs asking:
   (which also raises eager's error for a call eager rejects), cached per signature.
 
 The operators are listed by name: each computes its output with broadcasting over all its
-tensor operands (TensorIterator), so the rule above is its rule. Anything else returns
-None and takes torch's path.
+tensor operands (TensorIterator), so the rule above is its rule. `clone` follows it too
+(keeping a dense layout is what preserve_format means), and is row-major with
+contiguous_format. Anything else returns None and takes torch's path.
 """
 from __future__ import annotations
 
@@ -45,6 +46,8 @@ _BROADCASTING = frozenset(getattr(aten, name) for name in (
 def pointwise_meta(func, args: tuple, kwargs: dict) -> torch.Tensor | None:
     """The output meta tensor of a broadcasting pointwise call on meta tensors, or None
     when the call is not of the simple kind described above."""
+    if func is aten.clone.default:
+        return _clone(*args, **kwargs)
     if func.overloadpacket not in _BROADCASTING or len(func._schema.returns) != 1 or func._schema.is_mutable:
         return None
     tensors = [a for a in (*args, *kwargs.values()) if isinstance(a, torch.Tensor)]
@@ -61,6 +64,15 @@ def pointwise_meta(func, args: tuple, kwargs: dict) -> torch.Tensor | None:
     if strides is None:
         return None
     return torch.empty_strided(shape, strides, dtype=probe(func, args, kwargs)[0][0], device="meta")
+
+
+def _clone(x, memory_format=None) -> torch.Tensor | None:
+    if not isinstance(x, torch.Tensor) or not symbolic_sizes([x]):
+        return None
+    if memory_format is torch.contiguous_format or (memory_format in (None, torch.preserve_format) and contiguous(x)):
+        return torch.empty(x.shape, dtype=x.dtype, device="meta")
+    strides = _shared_dense_strides([x], tuple(x.shape)) if memory_format in (None, torch.preserve_format) else None
+    return None if strides is None else torch.empty_strided(x.shape, strides, dtype=x.dtype, device="meta")
 
 
 def _shared_dense_strides(tensors: list, shape: tuple) -> tuple | None:

@@ -172,6 +172,10 @@ class ShapeEnv:
             return sympy.Max(a, b, evaluate=False) if largest else sympy.Min(a, b, evaluate=False)
         return a if a_is_larger == largest else b
 
+    def proves(self, rel: sympy.Basic) -> bool:
+        """Whether the declared ranges alone make `rel` true (no assumption, no guard)."""
+        return self._cached_decide(self.simplify(rel), 0) is True
+
     def hint_of(self, expr: sympy.Basic):
         """The value at the example sizes (no guard): an int, float or bool."""
         value = sympy.sympify(self.simplify(expr))
