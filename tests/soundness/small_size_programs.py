@@ -1,0 +1,707 @@
+"""Programs whose behaviour at sizes 0 and 1 of a dynamic dimension differs from sizes >= 2.
+
+Capture may answer a size question as if every dynamic size were at least 2; the sizes 0
+and 1 are then proven separately. Each program here makes that difference observable:
+an output shape, a broadcast, a layout decision (`contiguous()`, `reshape` and `flatten`
+return the tensor itself, or a view, at size 1 and a copy above), a stride or offset read by
+user code, a kernel that raises at a small size, or user code that branches on the size.
+
+A `Program` says how to build its inputs at any size `n` of the dynamic dimension and how
+to name that dimension in `dynamic_shapes`. `tests/soundness/test_small_size_paths.py`
+exports each one and calls it at 0, 1, 2, 3 and the maximum.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+MAX = 16
+
+
+@dataclass(frozen=True)
+class Program:
+    name: str
+    fn: Callable[..., Any]            # a function, or (when `module`) a factory of an nn.Module
+    make: Callable[[int], tuple]      # the inputs at size n of the dynamic dimension
+    spec: Callable[[Callable[[str], Any]], Any]   # dynamic_shapes, given dim(name) -> a Dim in range
+    min: int = 0                      # the declared minimum of the Dim
+    example: int = 4
+    module: bool = False
+    common: bool = False              # an everyday model: must run at every size in range
+    extra: tuple = field(default=())  # more calls: input tuples whose sizes are not all n
+    xfail: str | None = None          # a wrong answer of the current code, described
+
+
+STRIDE_OF_EMPTY = ("a contiguous tensor's stride is the product of the later sizes, each at least 1 "
+                   "(torch counts a size 0 as 1): the capture records the plain product (n for a (3, n) "
+                   "tensor), which is 0 instead of 1 at n = 0; nothing asks a question about n, so no "
+                   "small-size proof runs")
+VIEW_OF_COMPOSITE = ("broadcast_tensors and meshgrid return views of their inputs (eager writes through "
+                     "them into the input), but the capture treats their outputs as new tensors: an "
+                     "in-place write through them is lost (also with static shapes)")
+
+PROGRAMS: list[Program] = []
+
+
+def program(name, make, spec=lambda dim: ({0: dim("n")},), **kw):
+    """Register the decorated function (or module factory) under `name`."""
+    def register(fn):
+        PROGRAMS.append(Program(name, fn, make, spec, **kw))
+        return fn
+    return register
+
+
+def randn(*shape):
+    return torch.randn(*shape)
+
+
+# ------------------------------------------------------------------ squeeze, flatten, unflatten
+# At size 1 squeeze() removes the dimension, so the output has another rank.
+
+@program("squeeze_all", lambda n: (randn(n, 1, 3),))
+def _squeeze_all(x):
+    return x.squeeze() * 2
+
+
+@program("squeeze_dim", lambda n: (randn(n, 3),))
+def _squeeze_dim(x):
+    return x.squeeze(0) + 1
+
+
+@program("squeeze_dims_tuple", lambda n: (randn(2, n, 1),), spec=lambda dim: ({1: dim("n")},))
+def _squeeze_dims_tuple(x):
+    return x.squeeze((1, 2)).sum(-1)
+
+
+@program("unsqueeze_then_squeeze", lambda n: (randn(n, 3),))
+def _unsqueeze_then_squeeze(x):
+    return x.unsqueeze(0).squeeze().cumsum(-1)
+
+
+@program("squeeze_then_reduce_last", lambda n: (randn(n, 4),))
+def _squeeze_then_reduce_last(x):
+    return x.squeeze().sum(-1)
+
+
+@program("flatten_batch_then_linear", lambda n: (randn(n, 3, 4), randn(4, 5)), spec=lambda dim: ({0: dim("n")}, None))
+def _flatten_batch_then_linear(x, w):
+    return x.flatten(0, 1) @ w
+
+
+@program("unflatten_dynamic_dim", lambda n: (randn(n, 6),))
+def _unflatten_dynamic_dim(x):
+    return x.unflatten(0, (1, -1)).sum(0) + x.unflatten(1, (2, 3)).mean(-1).sum(-1, keepdim=True)
+
+
+# ------------------------------------------------------------------ contiguous(): alias at 1, copy at >= 2
+# `t.contiguous()` returns `t` itself when `t` is already contiguous, and a size-1 dimension's
+# stride does not count: transposing, permuting, slicing or expanding a batch of one gives a
+# contiguous tensor, so contiguous() aliases the input where at batch >= 2 it copies.
+
+@program("transpose_contiguous_mutate_result", lambda n: (randn(n, 3, 5),))
+def _transpose_contiguous_mutate_result(x):
+    y = x.transpose(0, 1).contiguous()
+    y.add_(1)
+    return x * 1, y
+
+
+@program("permute_contiguous_mutate_result", lambda n: (randn(n, 3, 4),))
+def _permute_contiguous_mutate_result(x):
+    y = x.permute(1, 2, 0).contiguous()
+    y.mul_(2)
+    return x.sum(0), y
+
+
+@program("slice_contiguous_setitem_result", lambda n: (randn(n, 6),))
+def _slice_contiguous_setitem_result(x):
+    y = x[:, :3].contiguous()
+    y[0] = 0
+    return x + 0, y
+
+
+@program("expand_contiguous_mutate_result", lambda n: (randn(1, 4), randn(n, 4)), spec=lambda dim: (None, {0: dim("n")}))
+def _expand_contiguous_mutate_result(x, y):
+    e = x.expand_as(y).contiguous()
+    e.add_(1)
+    return x + 0, e + y
+
+
+@program("transpose_contiguous_mutate_original", lambda n: (randn(n, 3, 5),))
+def _transpose_contiguous_mutate_original(x):
+    y = x.transpose(0, 1).contiguous()
+    x.add_(1)
+    return y * 1
+
+
+@program("transpose_contiguous_setitem_read_original", lambda n: (randn(n, 4),))
+def _transpose_contiguous_setitem_read_original(x):
+    y = x.t().contiguous()
+    y[0] = 0
+    return x.clone()
+
+
+@program("channels_last_contiguous_mutate", lambda n: (randn(2, n, 3, 3),), spec=lambda dim: ({1: dim("n")},))
+def _channels_last_contiguous_mutate(x):
+    y = x.contiguous(memory_format=torch.channels_last)
+    y.add_(1)
+    return x + 0, y
+
+
+@program("broadcast_tensors_contiguous_mutate", lambda n: (randn(n, 1, 3), randn(4, 3)), spec=lambda dim: ({0: dim("n")}, None),
+         xfail=VIEW_OF_COMPOSITE)
+def _broadcast_tensors_contiguous_mutate(x, y):
+    a, b = torch.broadcast_tensors(x, y)
+    b = b.contiguous()
+    b.add_(1)          # at n = 1, b is y itself
+    return a + b, y + 0
+
+
+@program("step_slice_contiguous_mutate", lambda n: (randn(n, 4),), example=6)
+def _step_slice_contiguous_mutate(x):
+    y = x[::2].contiguous()   # (n + 1) // 2 rows: one row, an alias, at n = 1 AND n = 2
+    y.add_(1)
+    return x + 0, y
+
+
+@program("select_contiguous_mutate", lambda n: (randn(n, 3),))
+def _select_contiguous_mutate(x):
+    y = x.select(1, 0).contiguous()   # stride 3: contiguous only with at most one element
+    y.mul_(-1)
+    return x + 0, y
+
+
+@program("diagonal_contiguous_zero", lambda n: (randn(n, n),), spec=lambda dim: ({0: dim("n"), 1: dim("n")},))
+def _diagonal_contiguous_zero(x):
+    d = x.diagonal().contiguous()
+    d.zero_()
+    return x + 0
+
+
+@program("batched_mT_contiguous_mutate", lambda n: (randn(2, n, 3),), spec=lambda dim: ({1: dim("n")},))
+def _batched_mT_contiguous_mutate(x):
+    y = x.mT.contiguous()
+    y[..., 0] = 5
+    return x + 0, y
+
+
+class _BufferExpandContiguous(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("state", torch.randn(1, 4))
+
+    def forward(self, x):
+        s = self.state.expand_as(x).contiguous()
+        s.mul_(0.5)        # at batch 1, s is the buffer itself
+        return x + s
+
+
+@program("buffer_expand_contiguous_mutate", lambda n: (randn(n, 4),), module=True)
+def _buffer_expand_contiguous_mutate():
+    return _BufferExpandContiguous()
+
+
+# ------------------------------------------------------------------ reshape / flatten: view at 1, copy at >= 2
+
+@program("transpose_reshape_mutate_result", lambda n: (randn(n, 3),))
+def _transpose_reshape_mutate_result(x):
+    y = x.transpose(0, 1).reshape(-1)
+    y.add_(1)
+    return x * 1, y
+
+
+@program("transpose_reshape_mutate_original", lambda n: (randn(n, 3),))
+def _transpose_reshape_mutate_original(x):
+    y = x.t().reshape(-1)
+    x.mul_(2)
+    return y + 0
+
+
+@program("transpose_reshape_setitem", lambda n: (randn(n, 3),))
+def _transpose_reshape_setitem(x):
+    y = x.t().reshape(-1)
+    y[0] = 7
+    return x + 0
+
+
+@program("permute_flatten_mutate_result", lambda n: (randn(n, 3, 4),))
+def _permute_flatten_mutate_result(x):
+    y = x.permute(1, 0, 2).flatten(1)
+    y.sub_(1)
+    return x + 0, y
+
+
+@program("reshape_as_mutate_result", lambda n: (randn(n, 3), randn(3, n)), spec=lambda dim: ({0: dim("n")}, {1: dim("n")}))
+def _reshape_as_mutate_result(x, w):
+    y = x.t().reshape_as(w)     # same shape as x.t(): a view at any size
+    z = x.t().reshape(-1, 1)    # a view at n = 1 only
+    z.add_(2)
+    y.mul_(3)
+    return x + 0, w + y
+
+
+@program("transposed_view_flat", lambda n: (randn(n, 3),))
+def _transposed_view_flat(x):
+    return x.t().view(-1) * 2   # eager raises at n >= 2 (not viewable); fine at 0 and 1
+
+
+# ------------------------------------------------------------------ user code reading layout
+
+@program("is_contiguous_branch", lambda n: (randn(n, 3),))
+def _is_contiguous_branch(x):
+    y = x.t()
+    if y.is_contiguous():
+        return y * 2
+    return y.contiguous() * 3
+
+
+@program("slice_is_contiguous_branch", lambda n: (randn(n, 4),))
+def _slice_is_contiguous_branch(x):
+    y = x[:, :2]
+    if y.is_contiguous():
+        return y.view(-1) + 1
+    return y.reshape(-1) - 1
+
+
+@program("stride_of_contiguous_as_strided", lambda n: (randn(3, n), randn(40)), spec=lambda dim: ({1: dim("n")}, None),
+         xfail=STRIDE_OF_EMPTY)
+def _stride_of_contiguous_as_strided(x, w):
+    # a contiguous (3, n) tensor has stride max(n, 1) on dim 0: 1 at n = 0, not 0
+    step = x.stride(0)
+    return torch.as_strided(w, (3, 3), (step, 1))
+
+
+@program("storage_offset_read", lambda n: (randn(3, n),), spec=lambda dim: ({1: dim("n")},), xfail=STRIDE_OF_EMPTY)
+def _storage_offset_read(x):
+    y = x[1:]    # offset: the stride of dim 0, max(n, 1)
+    return torch.arange(y.storage_offset()) + y.sum()
+
+
+@program("stride_used_as_size", lambda n: (randn(n, 5),))
+def _stride_used_as_size(x):
+    t = x.t()
+    return torch.as_strided(x, (t.shape[1], 5), (t.stride(1), t.stride(0))) + 1
+
+
+# ------------------------------------------------------------------ broadcasting and expand
+
+@program("broadcast_outer", lambda n: (randn(n, 1), randn(1, n)), spec=lambda dim: ({0: dim("n")}, {1: dim("n")}))
+def _broadcast_outer(x, y):
+    return x * y + x
+
+
+@program("broadcast_second_dim_may_be_one", lambda n: (randn(n, 3), randn(n, 3)),
+         spec=lambda dim: ({0: dim("n")}, {0: dim("m")}),
+         extra=((randn(3, 3), randn(1, 3)), (randn(1, 3), randn(1, 3)), (randn(1, 3), randn(4, 3))))
+def _broadcast_second_dim_may_be_one(x, y):
+    return x + y
+
+
+@program("expand_as_repeat", lambda n: (randn(n, 1), randn(n, 4)), spec=lambda dim: ({0: dim("n")}, {0: dim("n")}))
+def _expand_as_repeat(x, y):
+    return x.expand_as(y) * y + x.repeat(1, 4), x.repeat(2, 1).sum(0)
+
+
+@program("masked_fill_broadcast_mask", lambda n: (randn(n, 4), torch.rand(n, 1) > 0.5, torch.rand(1, 4) > 0.5),
+         spec=lambda dim: ({0: dim("n")}, {0: dim("n")}, None))
+def _masked_fill_broadcast_mask(x, row_mask, col_mask):
+    return x.masked_fill(row_mask, 0.0).masked_fill(col_mask, -1.0)
+
+
+@program("where_broadcast", lambda n: (torch.rand(n, 1) > 0.5, randn(1, 4), randn(n, 4)),
+         spec=lambda dim: ({0: dim("n")}, None, {0: dim("n")}))
+def _where_broadcast(c, a, b):
+    return torch.where(c, a, b)
+
+
+@program("inplace_into_expanded", lambda n: (randn(1, 4), randn(n, 4)), spec=lambda dim: (None, {0: dim("n")}))
+def _inplace_into_expanded(x, y):
+    e = x.expand_as(y)
+    e.add_(1)          # eager raises at n >= 2 (elements share memory); at n <= 1 it writes x
+    return x + y
+
+
+@program("meshgrid_write_through", lambda n: (randn(1), randn(n)), spec=lambda dim: (None, {0: dim("n")}),
+         xfail=VIEW_OF_COMPOSITE)
+def _meshgrid_write_through(x, y):
+    a, b = torch.meshgrid(x, y, indexing="ij")
+    b.add_(1)          # b is a (1, n) view of y at every n
+    return a + b, y + 0
+
+
+@program("index_put_broadcast_value", lambda n: (randn(n, 4), torch.arange(n), randn(1, 4)),
+         spec=lambda dim: ({0: dim("n")}, {0: dim("n")}, None))
+def _index_put_broadcast_value(x, idx, v):
+    x.index_put_((idx.flip(0),), v, accumulate=True)
+    return x * 1
+
+
+# ------------------------------------------------------------------ reductions over a dynamic dim of size 0 or 1
+
+@program("softmax_dynamic_dim", lambda n: (randn(4, n),), spec=lambda dim: ({1: dim("n")},))
+def _softmax_dynamic_dim(x):
+    return x.softmax(-1), x.log_softmax(-1)
+
+
+@program("log_softmax_batch_dim", lambda n: (randn(n, 3),))
+def _log_softmax_batch_dim(x):
+    return x.log_softmax(0)
+
+
+@program("max_dim", lambda n: (randn(n, 3),))
+def _max_dim(x):
+    values, indices = x.max(0)
+    return values, indices
+
+
+@program("sort_topk_one", lambda n: (randn(n, 3),))
+def _sort_topk_one(x):
+    s, i = x.sort(0)
+    t, j = x.topk(1, dim=0)
+    return s, i, t, j
+
+
+@program("cumsum_argmax", lambda n: (randn(n, 3),))
+def _cumsum_argmax(x):
+    return x.cumsum(0), x.argmax(0, keepdim=True)
+
+
+@program("mean_var_std", lambda n: (randn(n, 3),))
+def _mean_var_std(x):
+    return x.mean(0), x.var(0), x.std(0, correction=0), torch.var_mean(x, 0)
+
+
+@program("logsumexp_prod_norm_amax", lambda n: (randn(3, n),), spec=lambda dim: ({1: dim("n")},))
+def _logsumexp_prod_norm_amax(x):
+    return x.logsumexp(1), x.prod(1), x.norm(dim=1), x.amax(1)
+
+
+# ------------------------------------------------------------------ matmul family with a dynamic batch
+
+@program("matmul_transposed_batch", lambda n: (randn(3, n, 4), randn(4, 5)), spec=lambda dim: ({1: dim("n")}, None))
+def _matmul_transposed_batch(a, b):
+    return a.transpose(0, 1) @ b     # matmul folds the batch: a view at n = 1, a copy above
+
+
+@program("matmul_broadcast_batch", lambda n: (randn(n, 1, 3, 4), randn(2, 4, 5)), spec=lambda dim: ({0: dim("n")}, None))
+def _matmul_broadcast_batch(a, b):
+    return a @ b
+
+
+@program("bmm_einsum", lambda n: (randn(n, 3, 4), randn(n, 4, 2)), spec=lambda dim: ({0: dim("n")}, {0: dim("n")}))
+def _bmm_einsum(a, b):
+    return torch.bmm(a, b), torch.einsum("bij,bjk->ik", a, b), torch.einsum("bij->ji", a)
+
+
+@program("vector_dot_and_mv", lambda n: (randn(n), randn(n), randn(3, n)), spec=lambda dim: ({0: dim("n")}, {0: dim("n")}, {1: dim("n")}))
+def _vector_dot_and_mv(x, y, w):
+    return x @ y, w @ x, torch.outer(x, y).sum(0)
+
+
+@program("linear", lambda n: (randn(n, 8),), module=True, common=True)
+def _linear():
+    return nn.Linear(8, 5)
+
+
+class _MLP(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.net = nn.Sequential(nn.Linear(6, 16), nn.GELU(), nn.Linear(16, 6))
+
+    def forward(self, x):
+        return x + self.net(x)
+
+
+@program("mlp", lambda n: (randn(n, 3, 6),), module=True, common=True)
+def _mlp():
+    return _MLP()
+
+
+@program("sdpa", lambda n: (randn(n, 2, 5, 8), randn(n, 2, 5, 8), randn(n, 2, 5, 8)),
+         spec=lambda dim: ({0: dim("n")}, {0: dim("n")}, {0: dim("n")}), min=1, common=True)
+def _sdpa(q, k, v):
+    return F.scaled_dot_product_attention(q, k, v, is_causal=True)
+
+
+@program("sdpa_dynamic_sequence", lambda n: (randn(2, 2, n, 8), randn(2, 2, n, 8), randn(2, 2, n, 8)),
+         spec=lambda dim: ({2: dim("n")}, {2: dim("n")}, {2: dim("n")}), min=1, common=True)
+def _sdpa_dynamic_sequence(q, k, v):
+    return F.scaled_dot_product_attention(q, k, v)
+
+
+@program("multihead_attention", lambda n: (randn(n, 5, 8),), module=True, min=1, common=True)
+def _multihead_attention():
+    return _SelfAttention()
+
+
+class _SelfAttention(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.attn = nn.MultiheadAttention(8, 2, batch_first=True)
+
+    def forward(self, x):
+        return self.attn(x, x, x, need_weights=False)[0]
+
+
+# ------------------------------------------------------------------ convolution, normalization, resampling
+
+@program("conv1d", lambda n: (randn(n, 3, 10),), module=True, common=True)
+def _conv1d():
+    return nn.Conv1d(3, 4, 3, padding=1)
+
+
+@program("conv2d", lambda n: (randn(n, 3, 8, 8),), module=True, common=True)
+def _conv2d():
+    return nn.Conv2d(3, 4, 3, stride=2)
+
+
+@program("conv2d_dynamic_width", lambda n: (randn(2, 3, 5, n),), spec=lambda dim: ({3: dim("n")},), module=True, min=1)
+def _conv2d_dynamic_width():
+    return nn.Conv2d(3, 4, (3, 1), padding=(1, 0))
+
+
+@program("batch_norm_eval", lambda n: (randn(n, 4),), module=True, common=True)
+def _batch_norm_eval():
+    bn = nn.BatchNorm1d(4)
+    bn.running_mean.normal_()
+    bn.running_var.uniform_(0.5, 2)
+    return bn.eval()
+
+
+@program("batch_norm_train", lambda n: (randn(n, 4),), module=True)
+def _batch_norm_train():
+    return nn.BatchNorm1d(4)     # eager raises at batch 1 ("more than 1 value per channel")
+
+
+@program("instance_norm_spatial", lambda n: (randn(2, 3, n),), spec=lambda dim: ({2: dim("n")},))
+def _instance_norm_spatial(x):
+    return F.instance_norm(x)    # eager raises at one spatial element
+
+
+@program("group_norm", lambda n: (randn(n, 4, 6),), module=True, common=True)
+def _group_norm():
+    return nn.GroupNorm(2, 4)
+
+
+@program("layer_norm", lambda n: (randn(n, 5, 8),), module=True, common=True)
+def _layer_norm():
+    return nn.LayerNorm(8)
+
+
+@program("interpolate_align_corners", lambda n: (randn(1, 2, n),), spec=lambda dim: ({2: dim("n")},), min=1)
+def _interpolate_align_corners(x):
+    # align_corners=True divides by (n - 1): at n = 1 the scale is special-cased
+    return F.interpolate(x, size=7, mode="linear", align_corners=True)
+
+
+@program("interpolate_nearest_batch", lambda n: (randn(n, 2, 3, 3),), common=True)
+def _interpolate_nearest_batch(x):
+    return F.interpolate(x, scale_factor=2.0, mode="nearest") + F.interpolate(x, size=(6, 6), mode="bilinear")
+
+
+@program("pad_reflect_dynamic", lambda n: (randn(2, 3, n),), spec=lambda dim: ({2: dim("n")},))
+def _pad_reflect_dynamic(x):
+    return F.pad(x, (2, 2), mode="reflect")   # eager raises unless n > 2
+
+
+@program("pad_negative_and_replicate", lambda n: (randn(2, n, 3),), spec=lambda dim: ({1: dim("n")},))
+def _pad_negative_and_replicate(x):
+    return F.pad(x, (0, 0, -1, 1)), F.pad(x, (1, 1), mode="replicate")
+
+
+@program("conv1d_dynamic_length", lambda n: (randn(2, 3, n),), spec=lambda dim: ({2: dim("n")},), module=True)
+def _conv1d_dynamic_length():
+    return nn.Conv1d(3, 4, 3)    # eager raises below the kernel size
+
+
+@program("pooling_dynamic_length", lambda n: (randn(2, 3, n),), spec=lambda dim: ({2: dim("n")},))
+def _pooling_dynamic_length(x):
+    return F.avg_pool1d(x, 2), F.adaptive_avg_pool1d(x, 1), F.max_pool1d(x, 2)   # eager raises below 2
+
+
+@program("max_pool_ceil_mode", lambda n: (randn(2, 3, n),), spec=lambda dim: ({2: dim("n")},), min=1)
+def _max_pool_ceil_mode(x):
+    return F.max_pool1d(x, 2, ceil_mode=True)   # the last window may start past the end: refused
+
+
+@program("roll_unfold_repeat_interleave", lambda n: (randn(n, 3),))
+def _roll_unfold_repeat_interleave(x):
+    return x.roll(1, 0), x.repeat_interleave(2, dim=0), x.flip(0)
+
+
+@program("unfold_dynamic", lambda n: (randn(n, 3),))
+def _unfold_dynamic(x):
+    return x.unfold(0, 2, 1).sum(-1)   # eager raises below two rows
+
+
+# ------------------------------------------------------------------ split, index, scatter, cat
+
+@program("split_across_dynamic", lambda n: (randn(n, 6),))
+def _split_across_dynamic(x):
+    a, b, c = x.split(2, dim=1)
+    return a * b + c, x.chunk(3, 1)[1], x.unbind(1)[2]
+
+
+@program("chunk_along_dynamic", lambda n: (randn(n, 4),))
+def _chunk_along_dynamic(x):
+    return x.chunk(2, 0)[0] * 2          # one chunk at n = 1: the same slice, no second
+
+
+@program("split_sizes_along_dynamic", lambda n: (randn(n, 4),))
+def _split_sizes_along_dynamic(x):
+    head, tail = x.split([1, x.shape[0] - 1], dim=0)
+    return head.sum(0) + tail.sum(0)
+
+
+@program("index_select_gather", lambda n: (randn(n, 5), torch.randint(0, 5, (n, 2))), spec=lambda dim: ({0: dim("n")}, {0: dim("n")}))
+def _index_select_gather(x, idx):
+    return x.gather(1, idx), x.index_select(1, torch.tensor([4, 0])), x.index_select(0, torch.arange(x.shape[0]).flip(0))
+
+
+@program("scatter_inplace", lambda n: (torch.zeros(n, 5), torch.randint(0, 5, (n, 2)), randn(n, 2)),
+         spec=lambda dim: ({0: dim("n")}, {0: dim("n")}, {0: dim("n")}))
+def _scatter_inplace(buf, idx, src):
+    buf.scatter_add_(1, idx, src)
+    return buf.scatter(1, idx, 1.0).sum(1)
+
+
+@program("cat_maybe_empty", lambda n: (randn(n, 3), randn(2, 3), randn(n)), spec=lambda dim: ({0: dim("n")}, None, {0: dim("n")}))
+def _cat_maybe_empty(x, y, v):
+    return torch.cat([x, y]), torch.cat([v, v * 2]), torch.stack([x, x], 1)
+
+
+@program("index_first_row", lambda n: (randn(n, 3),))
+def _index_first_row(x):
+    return x[0] + x[-1]                   # eager raises at n = 0
+
+
+# ------------------------------------------------------------------ user code that asks the size
+
+@program("branch_on_size_one", lambda n: (randn(n, 3),))
+def _branch_on_size_one(x):
+    if x.shape[0] == 1:
+        return x - 1
+    return x + 1
+
+
+@program("branch_on_numel_zero", lambda n: (randn(n, 3),))
+def _branch_on_numel_zero(x):
+    if x.numel() == 0:
+        return x.new_ones(3)
+    return x.sum(0)
+
+
+@program("size_one_as_broadcast_flag", lambda n: (randn(n, 3), randn(5, 3)), spec=lambda dim: ({0: dim("n")}, None))
+def _size_one_as_broadcast_flag(x, y):
+    return y * x.sum(0) if x.shape[0] > 1 else y * x
+
+
+# ------------------------------------------------------------------ small composite models
+
+class _TransformerBlock(nn.Module):
+    def __init__(self, dim=8, heads=2):
+        super().__init__()
+        self.ln1 = nn.LayerNorm(dim)
+        self.attn = nn.MultiheadAttention(dim, heads, batch_first=True)
+        self.ln2 = nn.LayerNorm(dim)
+        self.mlp = nn.Sequential(nn.Linear(dim, 2 * dim), nn.GELU(), nn.Linear(2 * dim, dim))
+
+    def forward(self, x):
+        h = self.ln1(x)
+        x = x + self.attn(h, h, h, need_weights=False)[0]
+        return x + self.mlp(self.ln2(x))
+
+
+@program("transformer_block", lambda n: (randn(n, 5, 8),), module=True, min=1, common=True)
+def _transformer_block():
+    return _TransformerBlock()
+
+
+class _CausalSelfAttention(nn.Module):
+    """A hand-written attention (the GPT pattern): view into heads, transpose, contiguous."""
+
+    def __init__(self, dim=8, heads=2):
+        super().__init__()
+        self.qkv = nn.Linear(dim, 3 * dim)
+        self.proj = nn.Linear(dim, dim)
+        self.heads = heads
+
+    def forward(self, x):
+        b, t, c = x.shape
+        q, k, v = self.qkv(x).split(c, dim=2)
+        q, k, v = (z.view(b, t, self.heads, c // self.heads).transpose(1, 2) for z in (q, k, v))
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        return self.proj(y.transpose(1, 2).contiguous().view(b, t, c))
+
+
+@program("gpt_attention_batch", lambda n: (randn(n, 5, 8),), module=True, min=1, common=True)
+def _gpt_attention_batch():
+    return _CausalSelfAttention()
+
+
+@program("gpt_attention_sequence", lambda n: (randn(2, n, 8),), spec=lambda dim: ({1: dim("n")},), module=True, min=1,
+         common=True)
+def _gpt_attention_sequence():
+    return _CausalSelfAttention()
+
+
+class _ConvNet(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(3, 4, 3, padding=1)
+        self.bn = nn.BatchNorm2d(4)
+        self.fc = nn.Linear(4 * 4 * 4, 3)
+
+    def forward(self, x):
+        x = F.max_pool2d(F.relu(self.bn(self.conv(x))), 2)
+        return self.fc(torch.flatten(x, 1))
+
+
+@program("conv_net", lambda n: (randn(n, 3, 8, 8),), module=True, common=True)
+def _conv_net():
+    return _ConvNet().eval()
+
+
+@program("conv_net_train_mode", lambda n: (randn(n, 3, 8, 8),), module=True, min=1)
+def _conv_net_train_mode():
+    return _ConvNet().train()      # batch norm over (n, 8, 8): fine at batch 1, buffers updated
+
+
+class _Recurrent(nn.Module):
+    def __init__(self, cell):
+        super().__init__()
+        self.rnn = cell(4, 6, batch_first=True)
+        self.head = nn.Linear(6, 2)
+
+    def forward(self, x):
+        out, _ = self.rnn(x)
+        return self.head(out[:, -1])
+
+
+@program("lstm_batch", lambda n: (randn(n, 5, 4),), module=True, min=1, common=True)
+def _lstm_batch():
+    return _Recurrent(nn.LSTM)
+
+
+@program("gru_batch", lambda n: (randn(n, 5, 4),), module=True, min=1, common=True)
+def _gru_batch():
+    return _Recurrent(nn.GRU)
+
+
+class _EmbedPool(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.emb = nn.Embedding(10, 6)
+        self.fc = nn.Linear(6, 2)
+
+    def forward(self, ids):
+        return self.fc(self.emb(ids).mean(1))
+
+
+@program("embedding_mean_pool_sequence", lambda n: (torch.randint(0, 10, (3, n)),), spec=lambda dim: ({1: dim("n")},),
+         module=True, min=1, common=True)
+def _embedding_mean_pool_sequence():
+    return _EmbedPool()

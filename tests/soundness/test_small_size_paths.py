@@ -1,0 +1,156 @@
+"""Sizes 0 and 1 of a dynamic dimension: never a wrong answer.
+
+Every program of `small_size_programs` computes something different at size 0 or 1 than at
+sizes >= 2 (another shape, a broadcast, an alias where a copy was made, a stride read by user
+code, a kernel that raises). Each is exported with a Dim whose minimum is 0 (or 1 where the
+program has no meaning at 0), then called at 0, 1, 2, 3 and the maximum with fresh data.
+At each size the exported program must either answer what eager answers (outputs, and every
+input, parameter and buffer after the call: some programs write into their inputs through an
+alias that exists only at size 1), or refuse the call with a graphport error; or the export
+itself must refuse with a graphport error. Where the export refuses with suggested fixes,
+the narrowed program is checked the same way.
+
+The everyday models (`common=True`) must, in addition, export with the declared range and
+run at every size in it: refusing a batch of one would be a loss of completeness.
+"""
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+import torch.utils._pytree as pytree
+
+import graphport as gp
+
+from . import clone_tree
+from .small_size_programs import MAX, PROGRAMS, Program
+
+SIZES = (0, 1, 2, 3, MAX)
+BY_NAME = {p.name: p for p in PROGRAMS}
+
+
+def _dims(p: Program, Dim=gp.Dim):
+    return lambda name: Dim(name, min=p.min, max=MAX)
+
+
+def _target(p: Program):
+    """The function or a fresh module (same weights every time for one program)."""
+    if not p.module:
+        return p.fn
+    torch.manual_seed(sum(map(ord, p.name)))
+    return p.fn()
+
+
+def _state(module) -> dict[str, torch.Tensor]:
+    return {k: v for k, v in [*module.named_parameters(), *module.named_buffers()]}
+
+
+def _assert_same(got, want, what: str):
+    gl, gs = pytree.tree_flatten(got)
+    wl, ws = pytree.tree_flatten(want)
+    assert gs == ws, f"{what}: structure {gs} != eager {ws}"
+    for i, (g, w) in enumerate(zip(gl, wl)):
+        if isinstance(w, torch.Tensor):
+            assert isinstance(g, torch.Tensor), f"{what}[{i}]: {type(g).__name__} where eager has a tensor"
+            assert g.shape == w.shape, f"{what}[{i}]: shape {tuple(g.shape)} != eager {tuple(w.shape)}"
+            assert g.dtype == w.dtype, f"{what}[{i}]: dtype {g.dtype} != eager {w.dtype}"
+            torch.testing.assert_close(g, w, atol=1e-5, rtol=1e-4, equal_nan=True,
+                                       msg=lambda m: f"{what}[{i}]: {m}")
+        else:
+            assert g == w, f"{what}[{i}]: {g!r} != eager {w!r}"
+
+
+def _run(call, args):
+    try:
+        with torch.no_grad():
+            return ("ok", call(*args))
+    except Exception as e:  # noqa: BLE001 - the failure is what gets compared
+        return ("raised", e)
+
+
+def check_call(p: Program, target, ep, args) -> str:
+    """Call eager and the exported program on copies of `args`; returns 'ran', 'refused'
+    (a graphport error where eager runs) or 'raises' (both raise). Fails on a wrong answer."""
+    eager_args, graph_args = clone_tree(args), clone_tree(args)
+    eager = copy.deepcopy(target) if p.module else target
+    graph = ep.module()
+    if p.module:   # a program writing its buffers must start from the module's state every call
+        with torch.no_grad():
+            start = _state(target)
+            for name, value in _state(graph).items():
+                value.copy_(start[name])
+    want = _run(eager, eager_args)
+    got = _run(graph, graph_args)
+    shapes = [tuple(t.shape) for t in args if isinstance(t, torch.Tensor)]
+    label = f"{p.name} at input shapes {shapes}"
+    if got[0] == "raised":
+        if want[0] == "raised":
+            return "raises"
+        err = got[1]
+        assert isinstance(err, gp.GraphportError), (
+            f"{label}: eager runs, the exported program raised a non-graphport "
+            f"{type(err).__name__}: {str(err)[:400]}")
+        assert err.what and err.fix, f"{label}: the refusal does not say what and how to fix: {err}"
+        return "refused"
+    assert want[0] == "ok", (
+        f"{label}: eager raises {type(want[1]).__name__}: {str(want[1])[:200]}, "
+        f"but the exported program answered")
+    _assert_same(got[1], want[1], f"{label}: output")
+    _assert_same(graph_args, eager_args, f"{label}: inputs after the call")
+    if p.module:
+        _assert_same(_state(graph), _state(eager), f"{label}: parameters and buffers after the call")
+    return "ran"
+
+
+def export_or_refusal(p: Program, target, spec):
+    torch.manual_seed(1)
+    try:
+        return gp.export(target, clone_tree(p.make(p.example)), dynamic_shapes=spec), None
+    except Exception as e:  # noqa: BLE001 - checked just below
+        assert isinstance(e, gp.GraphportError), (
+            f"{p.name}: export failed with a non-graphport {type(e).__name__}: {str(e)[:400]}")
+        assert e.what and e.fix, f"{p.name}: the export refusal does not say what and how to fix: {e}"
+        return None, e
+
+
+def outcomes(p: Program) -> dict:
+    """Export, then call at every size; {size: outcome} for the program as declared, and
+    for the narrowed one when the export refused with suggested fixes."""
+    torch.manual_seed(0)
+    target = _target(p)
+    spec = p.spec(_dims(p))
+    ep, refusal = export_or_refusal(p, target, spec)
+    result = {"export": "ok" if ep is not None else type(refusal).__name__}
+    if ep is None and isinstance(refusal, gp.ConstraintViolationError) and "Suggested fixes:" in str(refusal):
+        narrowed = gp.refine_dynamic_shapes_from_suggested_fixes(str(refusal), spec)
+        ep, again = export_or_refusal(p, target, narrowed)
+        result["narrowed export"] = "ok" if ep is not None else type(again).__name__
+    if ep is None:
+        return result
+    calls = [p.make(n) for n in SIZES if n >= p.min] + [tuple(clone_tree(a)) for a in p.extra]
+    for args in calls:
+        key = ",".join(str(tuple(t.shape)) for t in args if isinstance(t, torch.Tensor))
+        result[key] = check_call(p, target, ep, args)
+    return result
+
+
+def _marked(name: str):
+    reason = BY_NAME[name].xfail
+    return pytest.param(name, marks=pytest.mark.xfail(strict=True, reason=reason)) if reason else name
+
+
+@pytest.mark.parametrize("name", [_marked(n) for n in sorted(BY_NAME)])
+def test_never_a_wrong_answer_at_small_sizes(name):
+    outcomes(BY_NAME[name])
+
+
+COMMON = sorted(p.name for p in PROGRAMS if p.common)
+
+
+@pytest.mark.parametrize("name", COMMON)
+def test_everyday_models_run_at_every_size_in_range(name):
+    result = outcomes(BY_NAME[name])
+    assert result["export"] == "ok", f"{name}: the export refused: {result}"
+    refused = {k: v for k, v in result.items() if v not in ("ok", "ran")}
+    assert not refused, f"{name}: refused or failing at {refused}"
