@@ -188,6 +188,50 @@ def _batched_mT_contiguous_mutate(x):
     return x + 0, y
 
 
+@program("tail_slice_transpose_contiguous", lambda n: (randn(n, 3),), example=5)
+def _tail_slice_transpose_contiguous(x):
+    y = x[1:].t().contiguous()   # n - 1 rows: an alias at n = 2, where n itself is not small
+    y.add_(1)
+    return x + 0, y
+
+
+@program("two_dims_transpose_contiguous", lambda n: (randn(n, 3),), spec=lambda dim: ({0: dim("n"), 1: dim("m")},),
+         extra=((randn(1, 5),), (randn(5, 1),), (randn(1, 1),), (randn(0, 1),), (randn(1, 0),), (randn(3, 2),)))
+def _two_dims_transpose_contiguous(x):
+    y = x.t().contiguous()       # an alias where either size is 1 (or the tensor is empty)
+    y.mul_(3)
+    return x + 0
+
+
+@program("expand_reshape_mutate", lambda n: (randn(1, 4), randn(n, 4)), spec=lambda dim: (None, {0: dim("n")}))
+def _expand_reshape_mutate(x, y):
+    z = x.expand_as(y).reshape(-1)   # a view of x at n <= 1, a copy above
+    z.add_(1)
+    return x + 0, z
+
+
+@program("noncontiguous_input_contiguous_mutate", lambda n: (randn(3, n).t(),))
+def _noncontiguous_input_contiguous_mutate(x):
+    y = x.contiguous()               # x itself at n <= 1: its strides (1, n) are then contiguous
+    y.add_(1)
+    return x + 0, y
+
+
+@program("contiguous_then_view_as_mutate", lambda n: (randn(n, 3), randn(3, n)), spec=lambda dim: ({0: dim("n")}, {1: dim("n")}))
+def _contiguous_then_view_as_mutate(x, w):
+    y = x.t().contiguous().view_as(w)
+    y.add_(w)
+    return x + 0, y
+
+
+@program("read_before_write_through_reshape", lambda n: (randn(n, 3),))
+def _read_before_write_through_reshape(x):
+    y = x.t().reshape(-1)
+    before = x * 2
+    y.add_(1)
+    return before, x * 2
+
+
 class _BufferExpandContiguous(nn.Module):
     def __init__(self):
         super().__init__()
