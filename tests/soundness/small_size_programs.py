@@ -97,6 +97,12 @@ def _unflatten_dynamic_dim(x):
     return x.unflatten(0, (1, -1)).sum(0) + x.unflatten(1, (2, 3)).mean(-1).sum(-1, keepdim=True)
 
 
+@program("squeeze_size_flows_into_python", lambda n: (randn(n, 4),))
+def _squeeze_size_flows_into_python(x):
+    rows = x.squeeze().shape[0]       # 4 at n = 1, n otherwise
+    return torch.arange(rows) * 2 + x.squeeze().sum()
+
+
 # ------------------------------------------------------------------ contiguous(): alias at 1, copy at >= 2
 # `t.contiguous()` returns `t` itself when `t` is already contiguous, and a size-1 dimension's
 # stride does not count: transposing, permuting, slicing or expanding a batch of one gives a
@@ -232,6 +238,40 @@ def _read_before_write_through_reshape(x):
     return before, x * 2
 
 
+@program("elementwise_output_layout_branch", lambda n: (randn(n, 3),))
+def _elementwise_output_layout_branch(x):
+    y = x.t() * 2                # the output takes the input's layout: contiguous only at n <= 1
+    if y.is_contiguous():
+        return y.view(-1)
+    return y.reshape(-1) + 1
+
+
+@program("elementwise_output_contiguous_mutate", lambda n: (randn(n, 3),))
+def _elementwise_output_contiguous_mutate(x):
+    y = x.t() * 2
+    z = y.contiguous()           # y itself at n <= 1: the write shows in y
+    z.add_(1)
+    return y, z
+
+
+@program("conv_channels_last_layout_branch", lambda n: (randn(n, 3, 5, 5).contiguous(memory_format=torch.channels_last),),
+         module=True)
+def _conv_channels_last_layout_branch():
+    return _LayoutBranch()
+
+
+class _LayoutBranch(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(3, 1, 3)   # one output channel: both layouts coincide
+
+    def forward(self, x):
+        y = self.conv(x)
+        if y.is_contiguous():
+            return y.view(y.shape[0], -1)
+        return y.flatten(1) * 2
+
+
 class _BufferExpandContiguous(nn.Module):
     def __init__(self):
         super().__init__()
@@ -292,6 +332,14 @@ def _transposed_view_flat(x):
     return x.t().view(-1) * 2   # eager raises at n >= 2 (not viewable); fine at 0 and 1
 
 
+@program("intermediate_reshape_write_then_read", lambda n: (randn(n, 3),))
+def _intermediate_reshape_write_then_read(x):
+    y = x.t() * 2
+    z = y.reshape(-1)            # a view of y at n <= 1
+    z.mul_(0)
+    return y.sum(0), z
+
+
 # ------------------------------------------------------------------ user code reading layout
 
 @program("is_contiguous_branch", lambda n: (randn(n, 3),))
@@ -342,6 +390,18 @@ def _broadcast_outer(x, y):
          extra=((randn(3, 3), randn(1, 3)), (randn(1, 3), randn(1, 3)), (randn(1, 3), randn(4, 3))))
 def _broadcast_second_dim_may_be_one(x, y):
     return x + y
+
+
+@program("broadcast_against_static", lambda n: (randn(n, 3), randn(5, 3)), spec=lambda dim: ({0: dim("n")}, None),
+         min=1, example=5)
+def _broadcast_against_static(x, y):
+    return x + y                 # valid only at n = 1 (a broadcast) and n = 5
+
+
+@program("boolean_mask_select", lambda n: (randn(n, 3),))
+def _boolean_mask_select(x):
+    rows = x[x.sum(1) > 0]       # a data-dependent number of rows, maybe 0 or 1
+    return rows.sum(0), rows.shape[0] * 1.0 + x.sum()
 
 
 @program("expand_as_repeat", lambda n: (randn(n, 1), randn(n, 4)), spec=lambda dim: ({0: dim("n")}, {0: dim("n")}))
@@ -643,6 +703,25 @@ def _size_one_as_broadcast_flag(x, y):
     return y * x.sum(0) if x.shape[0] > 1 else y * x
 
 
+@program("cross_entropy_batch", lambda n: (randn(n, 5), torch.randint(0, 5, (n,))), spec=lambda dim: ({0: dim("n")}, {0: dim("n")}))
+def _cross_entropy_batch(logits, target):
+    # mean over an empty batch is nan
+    return F.cross_entropy(logits, target), F.nll_loss(logits.log_softmax(-1), target, reduction="sum")
+
+
+@program("normalize_over_dynamic_dim", lambda n: (randn(n, 3),))
+def _normalize_over_dynamic_dim(x):
+    return F.normalize(x, dim=0), F.cosine_similarity(x, x.flip(0), dim=1)
+
+
+@program("sdpa_broadcast_mask", lambda n: (randn(n, 2, 5, 8), torch.rand(n, 1, 1, 5) > 0.3),
+         spec=lambda dim: ({0: dim("n")}, {0: dim("n")}), min=1, common=True)
+def _sdpa_broadcast_mask(q, mask):
+    mask = mask.clone()
+    mask[..., 0] = True          # every row attends somewhere
+    return F.scaled_dot_product_attention(q, q, q, attn_mask=mask)
+
+
 # ------------------------------------------------------------------ small composite models
 
 class _TransformerBlock(nn.Module):
@@ -749,3 +828,8 @@ class _EmbedPool(nn.Module):
          module=True, min=1, common=True)
 def _embedding_mean_pool_sequence():
     return _EmbedPool()
+
+
+@program("transformer_encoder_layer", lambda n: (randn(n, 5, 8),), module=True, min=1, common=True)
+def _transformer_encoder_layer():
+    return nn.TransformerEncoderLayer(8, 2, dim_feedforward=16, dropout=0.0, batch_first=True).eval()
