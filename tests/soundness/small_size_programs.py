@@ -9,6 +9,16 @@ user code, a kernel that raises at a small size, or user code that branches on t
 A `Program` says how to build its inputs at any size `n` of the dynamic dimension and how
 to name that dimension in `dynamic_shapes`. `tests/soundness/test_small_size_paths.py`
 exports each one and calls it at 0, 1, 2, 3 and the maximum.
+
+torch.export as a reference (torch 2.13, same Dims): its graph keeps `contiguous`, `reshape`
+and in-place operators unfunctionalized, so the aliasing programs below answer right there at
+sizes 0 and 1 (whether to copy is decided at run time), where graphport's functional graph
+refuses those sizes. It answers wrong where a decision is made at capture: branching on the
+size (`branch_on_size_one`, `branch_on_numel_zero`, `size_one_as_broadcast_flag`), on the
+layout (`is_contiguous_branch`, `slice_is_contiguous_branch`, `elementwise_output_layout_branch`),
+a squeezed size flowing into Python (`squeeze_size_flows_into_python`), a kernel that raises
+at batch 1 (`batch_norm_train`, `instance_norm_spatial`), and the offset of a size-0 dim
+(`storage_offset_read`); it refuses `stride_of_contiguous_as_strided` at export.
 """
 from __future__ import annotations
 
