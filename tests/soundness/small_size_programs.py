@@ -282,6 +282,13 @@ class _LayoutBranch(nn.Module):
         return y.flatten(1) * 2
 
 
+@program("view_of_contiguous_setitem", lambda n: (randn(n, 3),))
+def _view_of_contiguous_setitem(x):
+    z = x.t().contiguous().view(-1)   # a chain of views of x at n <= 1
+    z[1] = 9
+    return x + 0
+
+
 class _BufferExpandContiguous(nn.Module):
     def __init__(self):
         super().__init__()
@@ -366,6 +373,13 @@ def _slice_is_contiguous_branch(x):
     if y.is_contiguous():
         return y.view(-1) + 1
     return y.reshape(-1) - 1
+
+
+@program("channels_last_query_branch", lambda n: (randn(2, n, 3, 3),), spec=lambda dim: ({1: dim("n")},))
+def _channels_last_query_branch(x):
+    if x.is_contiguous(memory_format=torch.channels_last):   # true at one channel
+        return x * 2
+    return x + 2
 
 
 @program("stride_of_contiguous_as_strided", lambda n: (randn(3, n), randn(40)), spec=lambda dim: ({1: dim("n")}, None),
@@ -493,6 +507,21 @@ def _logsumexp_prod_norm_amax(x):
     return x.logsumexp(1), x.prod(1), x.norm(dim=1), x.amax(1)
 
 
+@program("reduce_listed_dims", lambda n: (randn(n, 3, 2),))
+def _reduce_listed_dims(x):
+    return x.mean((0, 2)), x.var((0, 2)), x.sum((0, 1)), x.amin((1, 2)), x.std((0,), keepdim=True)
+
+
+@program("layer_norm_dynamic_normalized_dim", lambda n: (randn(2, n),), spec=lambda dim: ({1: dim("n")},))
+def _layer_norm_dynamic_normalized_dim(x):
+    return F.layer_norm(x, x.shape[-1:]), F.rms_norm(x, x.shape[-1:])
+
+
+@program("linspace_dynamic_steps", lambda n: (randn(n),))
+def _linspace_dynamic_steps(x):
+    return x * torch.linspace(0, 1, x.shape[0]), torch.logspace(0, 1, x.shape[0]).sum()
+
+
 # ------------------------------------------------------------------ matmul family with a dynamic batch
 
 @program("matmul_transposed_batch", lambda n: (randn(3, n, 4), randn(4, 5)), spec=lambda dim: ({1: dim("n")}, None))
@@ -614,6 +643,11 @@ def _interpolate_align_corners(x):
 @program("interpolate_nearest_batch", lambda n: (randn(n, 2, 3, 3),), common=True)
 def _interpolate_nearest_batch(x):
     return F.interpolate(x, scale_factor=2.0, mode="nearest") + F.interpolate(x, size=(6, 6), mode="bilinear")
+
+
+@program("interpolate_fractional_scale", lambda n: (randn(1, 2, n),), spec=lambda dim: ({2: dim("n")},), min=1)
+def _interpolate_fractional_scale(x):
+    return F.interpolate(x, scale_factor=1.5, mode="nearest")   # floor(1.5 n) outputs
 
 
 @program("pad_reflect_dynamic", lambda n: (randn(2, 3, n),), spec=lambda dim: ({2: dim("n")},))
@@ -751,6 +785,27 @@ class _TransformerBlock(nn.Module):
 @program("transformer_block", lambda n: (randn(n, 5, 8),), module=True, min=1, common=True)
 def _transformer_block():
     return _TransformerBlock()
+
+
+class _MaskedAttention(nn.Module):
+    """Attention with a causal mask built from the sequence length (tril of ones)."""
+
+    def __init__(self, dim=8):
+        super().__init__()
+        self.qkv = nn.Linear(dim, 3 * dim)
+
+    def forward(self, x):
+        t = x.shape[1]
+        q, k, v = self.qkv(x).chunk(3, -1)
+        scores = q @ k.transpose(-2, -1) / 8 ** 0.5
+        mask = torch.ones(t, t, dtype=torch.bool).tril()
+        return scores.masked_fill(~mask, float("-inf")).softmax(-1) @ v
+
+
+@program("causal_mask_from_length", lambda n: (randn(2, n, 8),), spec=lambda dim: ({1: dim("n")},), module=True, min=1,
+         common=True)
+def _causal_mask_from_length():
+    return _MaskedAttention()
 
 
 class _CausalSelfAttention(nn.Module):
