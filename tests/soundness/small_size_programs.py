@@ -50,6 +50,10 @@ STRIDE_OF_EMPTY = ("a contiguous tensor's stride is the product of the later siz
                    "(torch counts a size 0 as 1): the capture records the plain product (n for a (3, n) "
                    "tensor), which is 0 instead of 1 at n = 0; nothing asks a question about n, so no "
                    "small-size proof runs")
+UNBACKED_ALIAS = ("a size known only at run time (from .item() or a boolean mask) is captured as if it were "
+                  "not 1: contiguous()/reshape() become copies in the graph, but at run time a size of 1 "
+                  "makes them views in eager, whose in-place write then reaches the source; the program "
+                  "neither checks that size nor refuses it")
 VIEW_OF_COMPOSITE = ("broadcast_tensors and meshgrid return views of their inputs (eager writes through "
                      "them into the input), but the capture treats their outputs as new tensors: an "
                      "in-place write through them is lost (also with static shapes)")
@@ -287,6 +291,14 @@ def _view_of_contiguous_setitem(x):
     z = x.t().contiguous().view(-1)   # a chain of views of x at n <= 1
     z[1] = 9
     return x + 0
+
+
+@program("expand_two_dims_contiguous", lambda n: (randn(1, 1), randn(n, 3)), spec=lambda dim: (None, {0: dim("n"), 1: dim("m")}),
+         extra=((randn(1, 1), randn(1, 1)), (randn(1, 1), randn(1, 4)), (randn(1, 1), randn(4, 1)), (randn(1, 1), randn(0, 1))))
+def _expand_two_dims_contiguous(x, y):
+    e = x.expand_as(y).contiguous()   # x itself only when BOTH sizes are at most 1
+    e.add_(1)
+    return x + 0, e + y
 
 
 class _BufferExpandContiguous(nn.Module):
@@ -764,6 +776,68 @@ def _sdpa_broadcast_mask(q, mask):
     mask = mask.clone()
     mask[..., 0] = True          # every row attends somewhere
     return F.scaled_dot_product_attention(q, q, q, attn_mask=mask)
+
+
+# ------------------------------------------------------------------ sizes known only at run time
+# A size from `.item()` or a boolean mask cannot be pinned and traced again: whatever the
+# capture assumed about it must hold or be checked at run time. `n` is the count here.
+
+def _rows_with_count(n):
+    return randn(MAX, 3), torch.tensor(n)
+
+
+def _first_rows(x, count):
+    k = count.item()
+    torch._check(k >= 0)
+    torch._check(k <= x.shape[0])
+    return x[:k]
+
+
+@program("item_count_reshape_write", _rows_with_count, spec=lambda dim: None, xfail=UNBACKED_ALIAS)
+def _item_count_reshape_write(x, count):
+    y = _first_rows(x, count).t().reshape(-1)   # a view of x when one row is taken
+    y.mul_(0)
+    return x + 0
+
+
+@program("item_count_contiguous_write", _rows_with_count, spec=lambda dim: None, xfail=UNBACKED_ALIAS)
+def _item_count_contiguous_write(x, count):
+    y = _first_rows(x, count).t().contiguous()
+    y.add_(1)
+    return x + 0
+
+
+@program("item_count_squeeze", _rows_with_count, spec=lambda dim: None)
+def _item_count_squeeze(x, count):
+    return _first_rows(x, count).squeeze(0) * 2
+
+
+def _rows_with_positives(n):
+    x = randn(MAX, 3)
+    x[:, 0] = -1.0
+    x[:n, 0] = 1.0
+    return (x,)
+
+
+@program("masked_rows_reshape_write", _rows_with_positives, spec=lambda dim: None, xfail=UNBACKED_ALIAS)
+def _masked_rows_reshape_write(x):
+    rows = x[x[:, 0] > 0]                # a new tensor of data-dependent length
+    y = rows.t().reshape(-1)             # a view of rows when one row is selected
+    y.mul_(0)
+    return rows
+
+
+@program("nonzero_then_squeeze", _rows_with_positives, spec=lambda dim: None)
+def _nonzero_then_squeeze(x):
+    return (x[:, 0] > 0).nonzero().squeeze() * 2   # a 0-d tensor when one row is positive
+
+
+@program("branch_on_numel_one_two_dims", lambda n: (randn(n, 3),), spec=lambda dim: ({0: dim("n"), 1: dim("m")},),
+         extra=((randn(1, 1),), (randn(1, 4),), (randn(4, 1),), (randn(0, 1),)))
+def _branch_on_numel_one_two_dims(x):
+    if x.numel() == 1:                # only when both sizes are 1
+        return x - 1
+    return x + 1
 
 
 # ------------------------------------------------------------------ small composite models

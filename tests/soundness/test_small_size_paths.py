@@ -77,7 +77,7 @@ def _run(call, args):
         return ("raised", e)
 
 
-def check_call(p: Program, target, ep, args) -> str:
+def check_call(p: Program, target, ep, args, where: str = "") -> str:
     """Call eager and the exported program on copies of `args`; returns 'ran', 'refused'
     (a graphport error where eager runs) or 'raises' (both raise). Fails on a wrong answer."""
     eager_args, graph_args = clone_tree(args), clone_tree(args)
@@ -91,7 +91,7 @@ def check_call(p: Program, target, ep, args) -> str:
     want = _run(eager, eager_args)
     got = _run(graph, graph_args)
     shapes = [tuple(t.shape) for t in args if isinstance(t, torch.Tensor)]
-    label = f"{p.name} at input shapes {shapes}"
+    label = f"{p.name} at {where} (input shapes {shapes})" if where else f"{p.name} at input shapes {shapes}"
     if got[0] == "raised":
         if want[0] == "raised":
             return "raises"
@@ -99,7 +99,7 @@ def check_call(p: Program, target, ep, args) -> str:
         assert isinstance(err, gp.InputGuardError), (
             f"{label}: eager runs, the exported program raised "
             f"{type(err).__name__} instead of refusing the input: {str(err)[:400]}")
-        assert re.search(r"shape\[\d\]|at dimension \d", err.what) and err.fix, (
+        assert re.search(r"shape\[\d\]|at dimension \d|sizes \{'\w+': \d+", err.what) and err.fix, (
             f"{label}: the refusal should name the input dimension and a fix: {err}")
         return "refused"
     assert want[0] == "ok", (
@@ -137,10 +137,12 @@ def outcomes(p: Program) -> dict:
         result["narrowed export"] = "ok" if ep is not None else type(again).__name__
     if ep is None:
         return result
-    calls = [p.make(n) for n in SIZES if n >= p.min] + [tuple(clone_tree(a)) for a in p.extra]
-    for args in calls:
-        key = ",".join(str(tuple(t.shape)) for t in args if isinstance(t, torch.Tensor))
-        result[key] = check_call(p, target, ep, args)
+    for n in SIZES:
+        if n >= p.min:
+            result[f"n={n}"] = check_call(p, target, ep, p.make(n), f"n = {n}")
+    for args in p.extra:
+        shapes = ",".join(str(tuple(t.shape)) for t in args if isinstance(t, torch.Tensor))
+        result[shapes] = check_call(p, target, ep, tuple(clone_tree(args)))
     return result
 
 
