@@ -10,6 +10,10 @@ alias that exists only at size 1), or refuse the call with a graphport error; or
 itself must refuse with a graphport error. Where the export refuses with suggested fixes,
 the narrowed program is checked the same way.
 
+Every program with a dynamic dimension is also exported with `Dim.AUTO` for each of them:
+graphport then narrows the ranges itself (sizes 0 and 1 are refused at call time unless
+proven), and the sizes it keeps must answer right.
+
 The everyday models (`common=True`) must, in addition, export with the declared range and
 run at every size in it: refusing a batch of one would be a loss of completeness.
 """
@@ -33,6 +37,8 @@ SIZES = (0, 1, 2, 3, MAX)
 
 pytestmark = [
     pytest.mark.filterwarnings("ignore:graphport. .* is refused at call time:UserWarning"),
+    pytest.mark.filterwarnings("ignore:graphport. .* narrows Dim.AUTO's range:UserWarning"),
+    pytest.mark.filterwarnings("ignore:graphport. .* became static:UserWarning"),
     pytest.mark.filterwarnings("ignore:.*degrees of freedom is <= 0:UserWarning"),
 ]
 BY_NAME = {p.name: p for p in PROGRAMS}
@@ -123,12 +129,13 @@ def export_or_refusal(p: Program, target, spec):
         return None, e
 
 
-def outcomes(p: Program) -> dict:
+def outcomes(p: Program, automatic: bool = False) -> dict:
     """Export, then call at every size; {size: outcome} for the program as declared, and
-    for the narrowed one when the export refused with suggested fixes."""
+    for the narrowed one when the export refused with suggested fixes. `automatic`: every
+    dynamic dimension is `Dim.AUTO` instead (graphport then narrows the range itself)."""
     torch.manual_seed(0)
     target = _target(p)
-    spec = p.spec(_dims(p))
+    spec = p.spec((lambda name: gp.Dim.AUTO) if automatic else _dims(p))
     ep, refusal = export_or_refusal(p, target, spec)
     result = {"export": "ok" if ep is not None else type(refusal).__name__}
     if ep is None and isinstance(refusal, gp.ConstraintViolationError) and "Suggested fixes:" in str(refusal):
@@ -146,14 +153,22 @@ def outcomes(p: Program) -> dict:
     return result
 
 
-def _marked(name: str):
-    reason = BY_NAME[name].xfail
+def _marked(name: str, automatic: bool = False):
+    reason = BY_NAME[name].xfail_auto if automatic else BY_NAME[name].xfail
     return pytest.param(name, marks=pytest.mark.xfail(strict=True, reason=reason)) if reason else name
 
 
 @pytest.mark.parametrize("name", [_marked(n) for n in sorted(BY_NAME)])
 def test_never_a_wrong_answer_at_small_sizes(name):
     outcomes(BY_NAME[name])
+
+
+AUTOMATIC = [p.name for p in PROGRAMS if p.spec(lambda name: name) is not None]
+
+
+@pytest.mark.parametrize("name", [_marked(n, automatic=True) for n in sorted(AUTOMATIC)])
+def test_never_a_wrong_answer_with_automatic_dims(name):
+    outcomes(BY_NAME[name], automatic=True)
 
 
 COMMON = sorted(p.name for p in PROGRAMS if p.common)
