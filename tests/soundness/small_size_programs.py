@@ -15,10 +15,14 @@ and in-place operators unfunctionalized, so the aliasing programs below answer r
 sizes 0 and 1 (whether to copy is decided at run time), where graphport's functional graph
 refuses those sizes. It answers wrong where a decision is made at capture: branching on the
 size (`branch_on_size_one`, `branch_on_numel_zero`, `size_one_as_broadcast_flag`), on the
-layout (`is_contiguous_branch`, `slice_is_contiguous_branch`, `elementwise_output_layout_branch`),
+layout (`is_contiguous_branch`, `slice_is_contiguous_branch`, `elementwise_output_layout_branch`,
+`channels_last_query_branch`),
 a squeezed size flowing into Python (`squeeze_size_flows_into_python`), a kernel that raises
 at batch 1 (`batch_norm_train`, `instance_norm_spatial`), and the offset of a size-0 dim
-(`storage_offset_read`); it refuses `stride_of_contiguous_as_strided` at export.
+(`storage_offset_read`); it refuses `stride_of_contiguous_as_strided` and `stride_read_of_views`
+at export. It answers right on the programs marked `xfail` for graphport's writes through
+aliases (`broadcast_tensors_contiguous_mutate`, `meshgrid_write_through`, `item_count_*_write`,
+`masked_rows_reshape_write`), again because its graph keeps the views and in-place operators.
 """
 from __future__ import annotations
 
