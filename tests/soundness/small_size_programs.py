@@ -152,7 +152,8 @@ def _slice_contiguous_setitem_result(x):
     return x + 0, y
 
 
-@program("expand_contiguous_mutate_result", lambda n: (randn(1, 4), randn(n, 4)), spec=lambda dim: (None, {0: dim("n")}))
+@program("expand_contiguous_mutate_result", lambda n: (randn(1, 4), randn(n, 4)),
+         spec=lambda dim: (None, {0: dim("n")}))
 def _expand_contiguous_mutate_result(x, y):
     e = x.expand_as(y).contiguous()
     e.add_(1)
@@ -180,7 +181,8 @@ def _channels_last_contiguous_mutate(x):
     return x + 0, y
 
 
-@program("broadcast_tensors_contiguous_mutate", lambda n: (randn(n, 1, 3), randn(4, 3)), spec=lambda dim: ({0: dim("n")}, None),
+@program("broadcast_tensors_contiguous_mutate", lambda n: (randn(n, 1, 3), randn(4, 3)),
+         spec=lambda dim: ({0: dim("n")}, None),
          xfail=VIEW_OF_COMPOSITE)
 def _broadcast_tensors_contiguous_mutate(x, y):
     a, b = torch.broadcast_tensors(x, y)
@@ -246,7 +248,8 @@ def _noncontiguous_input_contiguous_mutate(x):
     return x + 0, y
 
 
-@program("contiguous_then_view_as_mutate", lambda n: (randn(n, 3), randn(3, n)), spec=lambda dim: ({0: dim("n")}, {1: dim("n")}))
+@program("contiguous_then_view_as_mutate", lambda n: (randn(n, 3), randn(3, n)),
+         spec=lambda dim: ({0: dim("n")}, {1: dim("n")}))
 def _contiguous_then_view_as_mutate(x, w):
     y = x.t().contiguous().view_as(w)
     y.add_(w)
@@ -277,7 +280,8 @@ def _elementwise_output_contiguous_mutate(x):
     return y, z
 
 
-@program("conv_channels_last_layout_branch", lambda n: (randn(n, 3, 5, 5).contiguous(memory_format=torch.channels_last),),
+@program("conv_channels_last_layout_branch",
+         lambda n: (randn(n, 3, 5, 5).contiguous(memory_format=torch.channels_last),),
          module=True)
 def _conv_channels_last_layout_branch():
     return _LayoutBranch()
@@ -302,8 +306,10 @@ def _view_of_contiguous_setitem(x):
     return x + 0
 
 
-@program("expand_two_dims_contiguous", lambda n: (randn(1, 1), randn(n, 3)), spec=lambda dim: (None, {0: dim("n"), 1: dim("m")}),
-         extra=((randn(1, 1), randn(1, 1)), (randn(1, 1), randn(1, 4)), (randn(1, 1), randn(4, 1)), (randn(1, 1), randn(0, 1))))
+@program("expand_two_dims_contiguous", lambda n: (randn(1, 1), randn(n, 3)),
+         spec=lambda dim: (None, {0: dim("n"), 1: dim("m")}),
+         extra=((randn(1, 1), randn(1, 1)), (randn(1, 1), randn(1, 4)), (randn(1, 1), randn(4, 1)),
+                (randn(1, 1), randn(0, 1))))
 def _expand_two_dims_contiguous(x, y):
     e = x.expand_as(y).contiguous()   # x itself only when BOTH sizes are at most 1
     e.add_(1)
@@ -356,7 +362,8 @@ def _permute_flatten_mutate_result(x):
     return x + 0, y
 
 
-@program("reshape_as_mutate_result", lambda n: (randn(n, 3), randn(3, n)), spec=lambda dim: ({0: dim("n")}, {1: dim("n")}),
+@program("reshape_as_mutate_result", lambda n: (randn(n, 3), randn(3, n)),
+         spec=lambda dim: ({0: dim("n")}, {1: dim("n")}),
          xfail_auto=RESHAPE_BEFORE_EQUALITY)
 def _reshape_as_mutate_result(x, w):
     y = x.t().reshape_as(w)     # same shape as x.t(): a view at any size
@@ -558,7 +565,8 @@ def _matmul_transposed_batch(a, b):
     return a.transpose(0, 1) @ b     # matmul folds the batch: a view at n = 1, a copy above
 
 
-@program("matmul_broadcast_batch", lambda n: (randn(n, 1, 3, 4), randn(2, 4, 5)), spec=lambda dim: ({0: dim("n")}, None))
+@program("matmul_broadcast_batch", lambda n: (randn(n, 1, 3, 4), randn(2, 4, 5)),
+         spec=lambda dim: ({0: dim("n")}, None))
 def _matmul_broadcast_batch(a, b):
     return a @ b
 
@@ -568,7 +576,8 @@ def _bmm_einsum(a, b):
     return torch.bmm(a, b), torch.einsum("bij,bjk->ik", a, b), torch.einsum("bij->ji", a)
 
 
-@program("vector_dot_and_mv", lambda n: (randn(n), randn(n), randn(3, n)), spec=lambda dim: ({0: dim("n")}, {0: dim("n")}, {1: dim("n")}))
+@program("vector_dot_and_mv", lambda n: (randn(n), randn(n), randn(3, n)),
+         spec=lambda dim: ({0: dim("n")}, {0: dim("n")}, {1: dim("n")}))
 def _vector_dot_and_mv(x, y, w):
     return x @ y, w @ x, torch.outer(x, y).sum(0)
 
@@ -733,9 +742,11 @@ def _split_sizes_along_dynamic(x):
     return head.sum(0) + tail.sum(0)
 
 
-@program("index_select_gather", lambda n: (randn(n, 5), torch.randint(0, 5, (n, 2))), spec=lambda dim: ({0: dim("n")}, {0: dim("n")}))
+@program("index_select_gather", lambda n: (randn(n, 5), torch.randint(0, 5, (n, 2))),
+         spec=lambda dim: ({0: dim("n")}, {0: dim("n")}))
 def _index_select_gather(x, idx):
-    return x.gather(1, idx), x.index_select(1, torch.tensor([4, 0])), x.index_select(0, torch.arange(x.shape[0]).flip(0))
+    reversed_rows = torch.arange(x.shape[0]).flip(0)
+    return x.gather(1, idx), x.index_select(1, torch.tensor([4, 0])), x.index_select(0, reversed_rows)
 
 
 @program("scatter_inplace", lambda n: (torch.zeros(n, 5), torch.randint(0, 5, (n, 2)), randn(n, 2)),
@@ -745,7 +756,8 @@ def _scatter_inplace(buf, idx, src):
     return buf.scatter(1, idx, 1.0).sum(1)
 
 
-@program("cat_maybe_empty", lambda n: (randn(n, 3), randn(2, 3), randn(n)), spec=lambda dim: ({0: dim("n")}, None, {0: dim("n")}))
+@program("cat_maybe_empty", lambda n: (randn(n, 3), randn(2, 3), randn(n)),
+         spec=lambda dim: ({0: dim("n")}, None, {0: dim("n")}))
 def _cat_maybe_empty(x, y, v):
     return torch.cat([x, y]), torch.cat([v, v * 2]), torch.stack([x, x], 1)
 
@@ -776,7 +788,8 @@ def _size_one_as_broadcast_flag(x, y):
     return y * x.sum(0) if x.shape[0] > 1 else y * x
 
 
-@program("cross_entropy_batch", lambda n: (randn(n, 5), torch.randint(0, 5, (n,))), spec=lambda dim: ({0: dim("n")}, {0: dim("n")}))
+@program("cross_entropy_batch", lambda n: (randn(n, 5), torch.randint(0, 5, (n,))),
+         spec=lambda dim: ({0: dim("n")}, {0: dim("n")}))
 def _cross_entropy_batch(logits, target):
     # mean over an empty batch is nan
     return F.cross_entropy(logits, target), F.nll_loss(logits.log_softmax(-1), target, reduction="sum")
