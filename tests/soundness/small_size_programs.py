@@ -837,6 +837,18 @@ def _item_count_contiguous_write(x, count):
     return x + 0
 
 
+@program("item_count_flatten_then_write_source", _rows_with_count, spec=lambda dim: None, xfail=UNBACKED_ALIAS)
+def _item_count_flatten_then_write_source(x, count):
+    y = _first_rows(x, count).permute(1, 0).flatten()   # a view of x when one row is taken
+    x.add_(1)                                            # ... which then sees this write
+    return y * 1
+
+
+@program("item_counts_broadcast", lambda n: (randn(MAX, 3), torch.tensor(n), torch.tensor(1)), spec=lambda dim: None)
+def _item_counts_broadcast(x, count, other):
+    return _first_rows(x, count) + _first_rows(x, other)   # broadcasts unless both counts are equal
+
+
 @program("item_count_squeeze", _rows_with_count, spec=lambda dim: None)
 def _item_count_squeeze(x, count):
     return _first_rows(x, count).squeeze(0) * 2
