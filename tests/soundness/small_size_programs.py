@@ -63,9 +63,10 @@ RESHAPE_BEFORE_EQUALITY = ("with Dim.AUTO each input dimension gets its own symb
                            "reshapes (3, s0) to (3, s1) before the program learns s0 == s1, so capture "
                            "records a copy, where eager (equal shapes) returns a view of x: the in-place "
                            "write into it is lost at every size")
-VIEW_OF_COMPOSITE = ("broadcast_tensors and meshgrid return views of their inputs (eager writes through "
-                     "them into the input), but the capture treats their outputs as new tensors: an "
-                     "in-place write through them is lost (also with static shapes)")
+VIEW_OF_COMPOSITE = ("broadcast_tensors, meshgrid and sum_to_size (composite operators the graph keeps "
+                     "whole) return their input or views of it in eager, which writes through them into "
+                     "the input, but the capture treats their outputs as new tensors: an in-place write "
+                     "through them is lost (also with static shapes; tests/soundness/test_composite_aliases.py)")
 
 PROGRAMS: list[Program] = []
 
@@ -494,6 +495,13 @@ def _meshgrid_write_through(x, y):
     a, b = torch.meshgrid(x, y, indexing="ij")
     b.add_(1)          # b is a (1, n) view of y at every n
     return a + b, y + 0
+
+
+@program("sum_to_size_write", lambda n: (randn(n, 3),), xfail=VIEW_OF_COMPOSITE)
+def _sum_to_size_write(x):
+    s = x.sum_to_size(1, 3)      # x itself at n = 1, a new tensor (the column sums) above
+    s.add_(1)
+    return x + 0, s
 
 
 @program("index_put_broadcast_value", lambda n: (randn(n, 4), torch.arange(n), randn(1, 4)),
