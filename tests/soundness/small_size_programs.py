@@ -16,13 +16,14 @@ sizes 0 and 1 (whether to copy is decided at run time), where graphport's functi
 refuses those sizes. It answers wrong where a decision is made at capture: branching on the
 size (`branch_on_size_one`, `branch_on_numel_zero`, `size_one_as_broadcast_flag`), on the
 layout (`is_contiguous_branch`, `slice_is_contiguous_branch`, `elementwise_output_layout_branch`,
-`channels_last_query_branch`),
-a squeezed size flowing into Python (`squeeze_size_flows_into_python`), a kernel that raises
-at batch 1 (`batch_norm_train`, `instance_norm_spatial`), and the offset of a size-0 dim
-(`storage_offset_read`); it refuses `stride_of_contiguous_as_strided` and `stride_read_of_views`
-at export. It answers right on the programs marked `xfail` for graphport's writes through
-aliases (`broadcast_tensors_contiguous_mutate`, `meshgrid_write_through`, `item_count_*_write`,
-`masked_rows_reshape_write`), again because its graph keeps the views and in-place operators.
+`channels_last_query_branch`), a squeezed size flowing into Python
+(`squeeze_size_flows_into_python`), a kernel that raises at batch 1 (`batch_norm_train`,
+`instance_norm_spatial`), and the offset of a size-0 dim (`storage_offset_read`); it refuses
+`stride_of_contiguous_as_strided` and `stride_read_of_views` at export. It answers right on
+the programs marked `xfail` for graphport's lost writes through aliases
+(`broadcast_tensors_contiguous_mutate`, `meshgrid_write_through`, `sum_to_size_write`,
+`item_count_*_write`, `masked_rows_reshape_write`), again because its graph keeps the views
+and in-place operators.
 """
 from __future__ import annotations
 
@@ -1022,3 +1023,8 @@ def _embedding_mean_pool_sequence():
 @program("transformer_encoder_layer", lambda n: (randn(n, 5, 8),), module=True, min=1, common=True)
 def _transformer_encoder_layer():
     return nn.TransformerEncoderLayer(8, 2, dim_feedforward=16, dropout=0.0, batch_first=True).eval()
+
+
+@program("embedding_max_norm", lambda n: (torch.randint(0, 10, (n, 3)),), module=True)
+def _embedding_max_norm():
+    return nn.Embedding(10, 4, max_norm=1.0)   # renormalizes the looked-up rows of its weight in place
