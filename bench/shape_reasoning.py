@@ -305,6 +305,7 @@ def main() -> None:
     parser.add_argument("--models", nargs="*", default=TRANSFORMERS + ZOO_DYNAMIC_SIZE)
     parser.add_argument("--timeout", type=float, default=1200)
     parser.add_argument("--write", action="store_true", help="replace this script's section of bench/RESULTS.md")
+    parser.add_argument("--before-label", default="the --before checkout", help="what --before is, for RESULTS.md")
     parser.add_argument("--patterns", nargs="*", help="corpus patterns to time against torch.export ('all': every one)")
     parser.add_argument("--child", help=argparse.SUPPRESS)
     options = parser.parse_args()
@@ -330,11 +331,12 @@ def main() -> None:
     print(table)
     if options.write:
         command = "python bench/shape_reasoning.py" + (f" --before {options.before}" if options.before else "") + \
-            f" --rounds {options.rounds}"
+            f" --rounds {options.rounds}" + (f" --models {' '.join(options.models)}" if options.models != \
+                                            TRANSFORMERS + ZOO_DYNAMIC_SIZE else "")
         _write_section(f"{SECTION}\n\nMedians of {options.rounds} rounds per model, one process per checkout and "
                        f"model, checkouts alternating (`{command}`). \"reasoning\" is the time inside the shape "
                        "environment (deciding, simplifying, size arithmetic) during the dynamic export; "
-                       "\"before\" is main at 619b708. Images are dynamic in batch, height and width "
+                       f"\"before\" is {options.before_label}. Images are dynamic in batch, height and width "
                        f"({IMAGE_RANGE[0]}..{IMAGE_RANGE[1]}), audio in batch and length "
                        f"({AUDIO_RANGE[0]}..{AUDIO_RANGE[1]}); zoo models use bench/zoo.py's dynamic specs.\n\n"
                        f"{table}\n")

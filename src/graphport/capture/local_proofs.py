@@ -27,11 +27,11 @@ from typing import Any, Callable, Iterator
 import sympy
 import torch
 
-from ..op_args import map_args
 from ..shapes.env import ShapeEnv
-from ..shapes.node import SymNode, symint
+from ..shapes.node import SymNode
 from ..source import SourceLocation, innermost_user_location
 from .tracer import TracerTensor
+
 
 @dataclass(frozen=True)
 class TensorLayout:
@@ -100,13 +100,8 @@ class DeferredAssumptions:
     @contextlib.contextmanager
     def metadata_of(self, kind: str, func, args, kwargs) -> Iterator[list]:
         """Run one operator's metadata computation; the list yielded takes its result."""
-        frame: dict = {}
-        self._frames.append(frame)
-        result: list = []
-        try:
+        with _pushed(self._frames) as (frame, result):
             yield result
-        finally:
-            self._frames.pop()
         if frame and result and not self._frames:   # an inner one is proven with the outermost
             self._remember(kind, func, args, kwargs, result[0], frame)
 
@@ -131,13 +126,8 @@ class DeferredAssumptions:
         """A call that returns a view or a copy of `source` depending on its layout; the list
         yielded takes its result. A choice that needed an assumption makes both tensors ones
         whose aliasing may differ at a small size."""
-        frame: dict = {}
-        self._choices.append(frame)
-        result: list = []
-        try:
+        with _pushed(self._choices) as (frame, result):
             yield result
-        finally:
-            self._choices.pop()
         if frame:
             for t in (source, *(result[:1])):
                 if isinstance(t, TracerTensor):
@@ -176,7 +166,18 @@ class DeferredAssumptions:
                 env.assumption_sites.setdefault(sym, self.sites.get(sym))
 
 
-# -- describing and rebuilding arguments --------------------------------------------------------
+@contextlib.contextmanager
+def _pushed(frames: list) -> Iterator[tuple[dict, list]]:
+    """A new frame of assumptions on `frames` while the block runs, and a list for its result."""
+    frame: dict = {}
+    frames.append(frame)
+    try:
+        yield frame, []
+    finally:
+        frames.pop()
+
+
+# -- describing arguments as size expressions --------------------------------------------------------
 
 class _NotRepeatable(Exception):
     pass
