@@ -19,7 +19,9 @@ layout (`is_contiguous_branch`, `slice_is_contiguous_branch`, `elementwise_outpu
 `channels_last_query_branch`), a squeezed size flowing into Python
 (`squeeze_size_flows_into_python`), a kernel that raises at batch 1 (`batch_norm_train`,
 `instance_norm_spatial`), and the offset of a size-0 dim (`storage_offset_read`); it refuses
-`stride_of_contiguous_as_strided` and `stride_read_of_views` at export. It answers right on
+`stride_of_contiguous_as_strided` and `stride_read_of_views` at export. graphport treats a read
+of strides or an offset as an assumption that the tensor's sizes are at least 2, proven at 0
+and 1 by a trace there, which sees eager's strides (`max(size, 1)` products). It answers right on
 the programs marked `xfail` for graphport's lost writes through aliases
 (`broadcast_tensors_contiguous_mutate`, `meshgrid_write_through`, `sum_to_size_write`,
 `item_count_*_write`, `masked_rows_reshape_write`), again because its graph keeps the views
@@ -52,10 +54,6 @@ class Program:
     xfail_auto: str | None = None     # the same, with every dynamic dimension Dim.AUTO
 
 
-STRIDE_OF_EMPTY = ("a contiguous tensor's stride is the product of the later sizes, each at least 1 "
-                   "(torch counts a size 0 as 1): the capture records the plain product (n for a (3, n) "
-                   "tensor), which is 0 instead of 1 at n = 0; nothing asks a question about n, so no "
-                   "small-size proof runs")
 UNBACKED_ALIAS = ("a size known only at run time (from .item() or a boolean mask) is captured as if it were "
                   "not 1: contiguous()/reshape() become copies in the graph, but at run time a size of 1 "
                   "makes them views in eager, whose in-place write then reaches the source; the program "
@@ -413,22 +411,20 @@ def _channels_last_query_branch(x):
     return x + 2
 
 
-@program("stride_of_contiguous_as_strided", lambda n: (randn(3, n), randn(40)), spec=lambda dim: ({1: dim("n")}, None),
-         xfail=STRIDE_OF_EMPTY)
+@program("stride_of_contiguous_as_strided", lambda n: (randn(3, n), randn(40)), spec=lambda dim: ({1: dim("n")}, None))
 def _stride_of_contiguous_as_strided(x, w):
     # a contiguous (3, n) tensor has stride max(n, 1) on dim 0: 1 at n = 0, not 0
     step = x.stride(0)
     return torch.as_strided(w, (3, 3), (step, 1))
 
 
-@program("storage_offset_read", lambda n: (randn(3, n),), spec=lambda dim: ({1: dim("n")},), xfail=STRIDE_OF_EMPTY)
+@program("storage_offset_read", lambda n: (randn(3, n),), spec=lambda dim: ({1: dim("n")},))
 def _storage_offset_read(x):
     y = x[1:]    # offset: the stride of dim 0, max(n, 1)
     return torch.arange(y.storage_offset()) + y.sum()
 
 
-@program("stride_read_of_views", lambda n: (randn(3, n), torch.arange(100.0)), spec=lambda dim: ({1: dim("n")}, None),
-         xfail=STRIDE_OF_EMPTY)
+@program("stride_read_of_views", lambda n: (randn(3, n), torch.arange(100.0)), spec=lambda dim: ({1: dim("n")}, None))
 def _stride_read_of_views(x, w):
     views = (x[None, :, None], x.chunk(3, 0)[1], x.unsqueeze(1), x.t())
     return [torch.as_strided(w, (2,) * v.dim(), v.stride()) for v in views]

@@ -95,13 +95,15 @@ def symbolic_meta(real: torch.Tensor, sizes: list, env) -> torch.Tensor:
 
 def laid_out(sizes: list, like_strides: list[int], dtype: torch.dtype, env) -> torch.Tensor:
     """A dense meta tensor of `sizes` (ints or sympy expressions of `env`'s symbols) whose
-    dimensions are ordered in memory as concrete strides `like_strides` order them."""
+    dimensions are ordered in memory as concrete strides `like_strides` order them. A
+    number size 0 counts as 1 in the strides, as in eager (a pinned trace at size 0 must see
+    eager's strides); a symbolic size counts as itself (see pointwise_meta.contiguous)."""
     sym_sizes = [symint(s, env) if isinstance(s, sympy.Basic) else s for s in sizes]
     strides: list = [0] * len(sizes)
     step = 1
     for d in sorted(range(len(sizes)), key=lambda d: (like_strides[d], -d)):
         strides[d] = step
-        step = step * sym_sizes[d]
+        step = step * (max(sym_sizes[d], 1) if type(sym_sizes[d]) is int else sym_sizes[d])
     return torch.empty_strided(sym_sizes, strides, dtype=dtype, device="meta")
 
 

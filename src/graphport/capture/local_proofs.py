@@ -66,7 +66,6 @@ class DeferredAssumptions:
     sites: dict = field(default_factory=dict)          # symbol -> the user's line that first needed it
     calls: dict = field(default_factory=dict)          # key -> MetadataCall to repeat at the small sizes
     unprovable: str | None = None                      # why the operator-by-operator proof cannot hold
-    layout_reads: str | None = None                    # the layout the program read, if it did
     _frames: list = field(default_factory=list)        # assumptions of each metadata computation running
     _choices: list = field(default_factory=list)       # assumptions of each view-or-copy choice running
     _ambiguous: set = field(default_factory=set)       # id() of tensors that may alias at a small size
@@ -139,9 +138,25 @@ class DeferredAssumptions:
                 and id(target.gp_base if target.gp_base is not None else target) in self._ambiguous:
             self.unprovable = "the program writes in place into a tensor that is a view at some sizes and a copy at others"
 
-    def layout_read(self, what: str) -> None:
-        """The program reads strides or contiguity: where they differ at a small size, it may act on it."""
-        self.layout_reads = self.layout_reads or what
+    def layout_read(self, tensor) -> None:
+        """The program reads a tensor's strides or storage offset. At sizes 0 and 1 eager's may
+        differ from the recorded expressions where they address nothing (a new tensor's strides
+        use max(size, 1); an expand of a size-1 dimension keeps its stride), and the program
+        may compute with them: every size of the tensor is assumed at least 2 (at most its
+        example), so the re-trace proves the small sizes with eager's values."""
+        if not isinstance(tensor, torch.Tensor):
+            return
+        meta = tensor.gp_meta if isinstance(tensor, TracerTensor) else tensor
+        env = self.env
+        for value in (*meta.shape, *meta.stride(), meta.storage_offset()):
+            node = getattr(value, "node", None)
+            for sym in getattr(getattr(node, "expr", None), "free_symbols", ()):
+                info = env.symbols.get(sym)
+                least = min(2, max(info.hint, 1)) if info is not None else 0
+                if info is not None and sym not in env.exact and info.declared.lower < least \
+                        and env.assumed_min.get(sym, 0) < least:
+                    env.assumed_min[sym] = least
+                    env.assumption_sites[sym] = innermost_user_location()
 
     # -- settling ----------------------------------------------------------------------------
 
@@ -155,8 +170,6 @@ class DeferredAssumptions:
                     for s in {*self.layout_min, *self.metadata_min}}
         if not deferred:
             return
-        if self.layout_reads is not None:
-            self.unprovable = f"the program reads {self.layout_reads}"
         if not self.unprovable and not env.assumed_min and proven(self):
             env.proven_min.update(deferred)
             return

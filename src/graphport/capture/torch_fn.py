@@ -40,7 +40,7 @@ class TorchFunctionTracker(TorchFunctionMode):
             if layout is None:
                 return func(*args, **(kwargs or {}))
             if layout == "reads":
-                self.deferred.layout_read(f"the layout of a tensor (Tensor.{name})")
+                self.deferred.layout_read(args[0] if args else None)
                 return func(*args, **(kwargs or {}))
             with self.deferred.choice(args[0] if args else None) as result:
                 result.append(func(*args, **(kwargs or {})))
@@ -53,6 +53,5 @@ class TorchFunctionTracker(TorchFunctionMode):
 _LAYOUT_CALLS = {
     **{f: "chooses" for f in (torch.Tensor.contiguous, torch.Tensor.reshape, torch.reshape, torch.Tensor.reshape_as,
                               torch.Tensor.flatten, torch.flatten)},
-    **{f: "reads" for f in (torch.Tensor.stride, torch.Tensor.is_contiguous, torch.Tensor.storage_offset,
-                            torch.Tensor.data_ptr, torch.Tensor.untyped_storage)},
+    **{f: "reads" for f in (torch.Tensor.stride, torch.Tensor.storage_offset, torch.Tensor.untyped_storage)},
 }
