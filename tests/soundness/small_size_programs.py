@@ -54,10 +54,6 @@ class Program:
     xfail_auto: str | None = None     # the same, with every dynamic dimension Dim.AUTO
 
 
-UNBACKED_ALIAS = ("a size known only at run time (from .item() or a boolean mask) is captured as if it were "
-                  "not 1: contiguous()/reshape() become copies in the graph, but at run time a size of 1 "
-                  "makes them views in eager, whose in-place write then reaches the source; the program "
-                  "neither checks that size nor refuses it")
 RESHAPE_BEFORE_EQUALITY = ("with Dim.AUTO each input dimension gets its own symbol; `x.t().reshape_as(w)` "
                            "reshapes (3, s0) to (3, s1) before the program learns s0 == s1, so capture "
                            "records a copy, where eager (equal shapes) returns a view of x: the in-place "
@@ -828,21 +824,21 @@ def _first_rows(x, count):
     return x[:k]
 
 
-@program("item_count_reshape_write", _rows_with_count, spec=lambda dim: None, xfail=UNBACKED_ALIAS)
+@program("item_count_reshape_write", _rows_with_count, spec=lambda dim: None)
 def _item_count_reshape_write(x, count):
     y = _first_rows(x, count).t().reshape(-1)   # a view of x when one row is taken
     y.mul_(0)
     return x + 0
 
 
-@program("item_count_contiguous_write", _rows_with_count, spec=lambda dim: None, xfail=UNBACKED_ALIAS)
+@program("item_count_contiguous_write", _rows_with_count, spec=lambda dim: None)
 def _item_count_contiguous_write(x, count):
     y = _first_rows(x, count).t().contiguous()
     y.add_(1)
     return x + 0
 
 
-@program("item_count_flatten_then_write_source", _rows_with_count, spec=lambda dim: None, xfail=UNBACKED_ALIAS)
+@program("item_count_flatten_then_write_source", _rows_with_count, spec=lambda dim: None)
 def _item_count_flatten_then_write_source(x, count):
     y = _first_rows(x, count).permute(1, 0).flatten()   # a view of x when one row is taken
     x.add_(1)                                            # ... which then sees this write
@@ -866,7 +862,7 @@ def _rows_with_positives(n):
     return (x,)
 
 
-@program("masked_rows_reshape_write", _rows_with_positives, spec=lambda dim: None, xfail=UNBACKED_ALIAS)
+@program("masked_rows_reshape_write", _rows_with_positives, spec=lambda dim: None)
 def _masked_rows_reshape_write(x):
     rows = x[x[:, 0] > 0]                # a new tensor of data-dependent length
     y = rows.t().reshape(-1)             # a view of rows when one row is selected

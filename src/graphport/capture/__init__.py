@@ -85,7 +85,8 @@ def capture(fn: Callable, args: tuple, kwargs: dict, root: torch.nn.Module | Non
         stack.enter_context(capture_environment(hooks, symbolic=shapes is not None))
         if calls is not None:
             stack.enter_context(calls.preserving(root, preserve))
-        stack.enter_context(TorchFunctionTracker(rec.enter_torch_fn if locations else None, rec.deferred))
+        stack.enter_context(TorchFunctionTracker(rec.enter_torch_fn if locations else None,
+                                                 rec if locations else None))
         rec.until_done = stack   # contexts capture enters on the way (capture/data_dependent.py)
         with state.swapped() if state is not None else contextlib.nullcontext(), CaptureMode(rec, policy):
             tracer_args, tracer_kwargs = inputs.rebuild()

@@ -347,8 +347,7 @@ class CaptureMode(_torch.TorchDispatchMode):
         outputs this way (adaptive_avg_pool2d's channels-last result). As torch's
         functionalization does, the tensor stands for `as_strided` of its value from now on;
         its data is unchanged, so views taken before keep theirs."""
-        if self.rec.deferred is not None:
-            self.rec.deferred.written(target)
+        self.rec.written(target)
         val = self.run_meta(aten.as_strided.default, args, kwargs, cache=False)
         node_args, node_kwargs = pytree.tree_map(self.rec.graph_arg, (args, kwargs))
         node = self.rec.node(aten.as_strided.default, node_args, node_kwargs, val)
@@ -362,8 +361,7 @@ class CaptureMode(_torch.TorchDispatchMode):
     def write(self, target, value: TracerTensor, fill: Any = None) -> None:
         """Make `target` hold `value` from now on, as an in-place write would (`fill`: the
         one value every element takes, for fills)."""
-        if self.rec.deferred is not None:
-            self.rec.deferred.written(target)
+        self.rec.written(target)
         if not isinstance(target, TracerTensor):
             raise UnsupportedFeatureError(
                 "the program writes in place into a tensor that is not an input, parameter, buffer or "

@@ -18,7 +18,7 @@ import torch.fx as fx
 
 from .. import _torch
 from ..op_args import map_args
-from ..errors import InternalError
+from ..errors import DataDependentError, InternalError
 from ..ops.views import COVERS_SOURCE, ViewStep, replay, scatter_back
 from ..passes.metadata import DEVICE_KEY
 from ..source import user_stack
@@ -53,9 +53,56 @@ class Recorder:
         self._keepalive: list[torch.Tensor] = []
         self.until_done: contextlib.ExitStack | None = None   # exited when the capture ends
         self.deferred = None   # assumptions proven operator by operator (local_proofs.py), if so
+        # id() of tensors a view-or-copy call decided with data-dependent sizes undecided ->
+        # a question it left open (at some values of those sizes eager's result is a view)
+        self.unsettled_aliases: dict[int, Any] = {}
 
     def defer_assumptions(self, deferred) -> None:
         self.deferred = self.meta_cache.deferred = deferred
+
+    @contextlib.contextmanager
+    def view_or_copy(self, source):
+        """A call that returns a view or a copy of `source` depending on its layout
+        (`contiguous()`, `reshape`, `flatten`); the list yielded takes its result. Where the
+        choice depended on a size assumed large, the deferred proof tracks it (local_proofs.py);
+        where on a data-dependent size, both tensors are remembered: a write into either
+        could not be told apart from a copy's."""
+        env = self.sizes.env if self.sizes is not None else None
+        outer = env.undecided if env is not None else None
+        if env is not None:
+            env.undecided = []
+        try:
+            with self.deferred.choice(source) if self.deferred is not None else contextlib.nullcontext([]) as result:
+                yield result
+            undecided = env.undecided if env is not None else None
+        finally:
+            if env is not None:
+                env.undecided = outer
+        if undecided:
+            for t in (source, *result[:1]):
+                if isinstance(t, TracerTensor):
+                    self.unsettled_aliases[id(t.gp_base if t.gp_base is not None else t)] = undecided[0]
+
+    def written(self, target) -> None:
+        """An in-place write into `target`: refused where its aliasing is data-dependent."""
+        if self.deferred is not None:
+            self.deferred.written(target)
+        if not self.unsettled_aliases or not isinstance(target, TracerTensor):
+            return
+        question = self.unsettled_aliases.get(id(target.gp_base if target.gp_base is not None else target))
+        if question is not None:
+            raise DataDependentError(
+                "the program writes in place into the result of a contiguous(), reshape() or flatten() call (or "
+                "into its source) whose view-or-copy choice depends on data-dependent sizes (it could not decide "
+                f"{question}): at some of their values (such as 0 or 1) eager returns a view, at others a copy, so "
+                "the write reaches the source only sometimes",
+                fix="make the copy explicit before writing (y = x.reshape(...).clone()), or write into the source "
+                    "before the call")
+
+    def layout_read(self, tensor) -> None:
+        """The program reads a tensor's strides or storage offset (local_proofs.py says why it matters)."""
+        if self.deferred is not None:
+            self.deferred.layout_read(tensor)
 
     @property
     def graph(self) -> fx.Graph:

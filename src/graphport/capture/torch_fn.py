@@ -16,14 +16,14 @@ from .tensor_data import has_data_dependent_values, tensor_from_symbolic
 
 class TorchFunctionTracker(TorchFunctionMode):
     """Remembers the outermost torch function being run; a mode is off while its own handler
-    runs, so functions called inside that one are not seen (they belong to it). With
-    `deferred` (capture/local_proofs.py), tells it of the program's view-or-copy choices
-    and of its reads of strides and contiguity."""
+    runs, so functions called inside that one are not seen (they belong to it). With a
+    `recorder`, tells it of the program's view-or-copy choices and of its reads of strides
+    (capture/recorder.py, local_proofs.py)."""
 
-    def __init__(self, on_enter: Callable[[tuple | None], None] | None, deferred=None):
+    def __init__(self, on_enter: Callable[[tuple | None], None] | None, recorder=None):
         super().__init__()
         self.on_enter = on_enter
-        self.deferred = deferred
+        self.recorder = recorder
         self.counts: dict[str, int] = {}
 
     def __torch_function__(self, func, types, args=(), kwargs=None) -> Any:
@@ -36,13 +36,13 @@ class TorchFunctionTracker(TorchFunctionMode):
         self.counts[name] = count = self.counts.get(name, 0) + 1
         self.on_enter((f"{name}_{count}", f"{type(func).__name__}.{name}", func))
         try:
-            layout = _LAYOUT_CALLS.get(func) if self.deferred is not None else None
+            layout = _LAYOUT_CALLS.get(func) if self.recorder is not None else None
             if layout is None:
                 return func(*args, **(kwargs or {}))
             if layout == "reads":
-                self.deferred.layout_read(args[0] if args else None)
+                self.recorder.layout_read(args[0] if args else None)
                 return func(*args, **(kwargs or {}))
-            with self.deferred.choice(args[0] if args else None) as result:
+            with self.recorder.view_or_copy(args[0] if args else None) as result:
                 result.append(func(*args, **(kwargs or {})))
             return result[0]
         finally:

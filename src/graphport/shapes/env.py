@@ -65,6 +65,9 @@ class ShapeEnv:
     # (capture/local_proofs.py); those it proved, by symbol (they hold at every size in range)
     deferral: Any = None
     proven_min: dict[sympy.Symbol, int] = field(default_factory=dict)
+    # while a view-or-copy call runs: the questions about data-dependent sizes nothing settled
+    # (its kernel takes a default answer, valid for the values but maybe not for aliasing)
+    undecided: list | None = None
 
     def share_caches(self, other: "ShapeEnv") -> None:
         """Reuse `other`'s caches of pure answers (a re-trace of the same program: most of
@@ -129,9 +132,10 @@ class ShapeEnv:
                             self.assumed_min[sym] = least
                             self.assumption_sites[sym] = location or innermost_user_location()
                 return found
-        if self.unbacked.facts:
-            return self.unbacked.decide(rel, self.ranges)
-        return None
+        found = self.unbacked.decide(rel, self.ranges) if self.unbacked.facts else None
+        if found is None and self.undecided is not None and self.unbacked.involved(rel):
+            self.undecided.append(rel)
+        return found
 
     def hints(self) -> dict[sympy.Symbol, sympy.Integer]:
         return {s: sympy.Integer(i.hint) for s, i in self.symbols.items()}
