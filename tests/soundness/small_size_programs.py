@@ -54,10 +54,6 @@ class Program:
     xfail_auto: str | None = None     # the same, with every dynamic dimension Dim.AUTO
 
 
-RESHAPE_BEFORE_EQUALITY = ("with Dim.AUTO each input dimension gets its own symbol; `x.t().reshape_as(w)` "
-                           "reshapes (3, s0) to (3, s1) before the program learns s0 == s1, so capture "
-                           "records a copy, where eager (equal shapes) returns a view of x: the in-place "
-                           "write into it is lost at every size")
 VIEW_OF_COMPOSITE = ("broadcast_tensors, meshgrid and sum_to_size (composite operators the graph keeps "
                      "whole) return their input or views of it in eager, which writes through them into "
                      "the input, but the capture treats their outputs as new tensors: an in-place write "
@@ -359,8 +355,7 @@ def _permute_flatten_mutate_result(x):
 
 
 @program("reshape_as_mutate_result", lambda n: (randn(n, 3), randn(3, n)),
-         spec=lambda dim: ({0: dim("n")}, {1: dim("n")}),
-         xfail_auto=RESHAPE_BEFORE_EQUALITY)
+         spec=lambda dim: ({0: dim("n")}, {1: dim("n")}))
 def _reshape_as_mutate_result(x, w):
     y = x.t().reshape_as(w)     # same shape as x.t(): a view at any size
     z = x.t().reshape(-1, 1)    # a view at n = 1 only

@@ -18,7 +18,7 @@ import torch.fx as fx
 
 from .. import _torch
 from ..op_args import map_args
-from ..errors import DataDependentError, InternalError
+from ..errors import DataDependentError, InternalError, UnsupportedFeatureError
 from ..ops.views import COVERS_SOURCE, ViewStep, replay, scatter_back
 from ..passes.metadata import DEVICE_KEY
 from ..source import user_stack
@@ -53,8 +53,9 @@ class Recorder:
         self._keepalive: list[torch.Tensor] = []
         self.until_done: contextlib.ExitStack | None = None   # exited when the capture ends
         self.deferred = None   # assumptions proven operator by operator (local_proofs.py), if so
-        # id() of tensors a view-or-copy call decided with data-dependent sizes undecided ->
-        # a question it left open (at some values of those sizes eager's result is a view)
+        # id() of tensors a view-or-copy call decided with a size question left open (data-dependent
+        # sizes, or dims the spec does not relate) -> that question (where it holds, eager's result
+        # may be a view)
         self.unsettled_aliases: dict[int, Any] = {}
 
     def defer_assumptions(self, deferred) -> None:
@@ -65,8 +66,8 @@ class Recorder:
         """A call that returns a view or a copy of `source` depending on its layout
         (`contiguous()`, `reshape`, `flatten`); the list yielded takes its result. Where the
         choice depended on a size assumed large, the deferred proof tracks it (local_proofs.py);
-        where on a data-dependent size, both tensors are remembered: a write into either
-        could not be told apart from a copy's."""
+        where on a question nothing settled (a data-dependent size, dims the spec does not
+        relate), both tensors are remembered: a write into either is refused (`written`)."""
         env = self.sizes.env if self.sizes is not None else None
         outer = env.undecided if env is not None else None
         if env is not None:
@@ -90,14 +91,21 @@ class Recorder:
         if not self.unsettled_aliases or not isinstance(target, TracerTensor):
             return
         question = self.unsettled_aliases.get(id(target.gp_base if target.gp_base is not None else target))
-        if question is not None:
+        if question is None:
+            return
+        what = ("the program writes in place into the result of a contiguous(), reshape() or flatten() call (or "
+                "into its source) whose view-or-copy choice capture could not decide")
+        if self.sizes.env.unbacked.involved(question):
             raise DataDependentError(
-                "the program writes in place into the result of a contiguous(), reshape() or flatten() call (or "
-                "into its source) whose view-or-copy choice depends on data-dependent sizes (it could not decide "
-                f"{question}): at some of their values (such as 0 or 1) eager returns a view, at others a copy, so "
-                "the write reaches the source only sometimes",
+                f"{what}: it depends on data-dependent sizes ({question}); at some of their values (such as 0 or 1) "
+                "eager returns a view, at others a copy, so the write reaches the source only sometimes",
                 fix="make the copy explicit before writing (y = x.reshape(...).clone()), or write into the source "
                     "before the call")
+        raise UnsupportedFeatureError(
+            f"{what}: it depends on whether {question}, which dynamic_shapes leaves open; eager returns a view "
+            "where it holds and a copy where not, so the write reaches the source only sometimes",
+            fix="make the copy explicit before writing (y = x.reshape(...).clone()), or relate the dims in "
+                "dynamic_shapes (the same Dim, or a Dim expression)")
 
     def layout_read(self, tensor) -> None:
         """The program reads a tensor's strides or storage offset (local_proofs.py says why it matters)."""

@@ -65,8 +65,8 @@ class ShapeEnv:
     # (capture/local_proofs.py); those it proved, by symbol (they hold at every size in range)
     deferral: Any = None
     proven_min: dict[sympy.Symbol, int] = field(default_factory=dict)
-    # while a view-or-copy call runs: the questions about data-dependent sizes nothing settled
-    # (its kernel takes a default answer, valid for the values but maybe not for aliasing)
+    # while a view-or-copy call runs: the questions nothing settled (its kernel takes a default
+    # answer, valid for the values but maybe not for aliasing)
     undecided: list | None = None
 
     def share_caches(self, other: "ShapeEnv") -> None:
@@ -133,7 +133,7 @@ class ShapeEnv:
                             self.assumption_sites[sym] = location or innermost_user_location()
                 return found
         found = self.unbacked.decide(rel, self.ranges) if self.unbacked.facts else None
-        if found is None and self.undecided is not None and self.unbacked.involved(rel):
+        if found is None and self.undecided is not None:
             self.undecided.append(rel)
         return found
 
