@@ -60,7 +60,8 @@ def assert_same(got, want, *, exact=True, what="output", atol=1e-5, rtol=1e-5):
             if exact:
                 assert torch.equal(_as_bits(g), _as_bits(w)), f"{what}[{i}]: values differ from eager:\n{g}\nvs\n{w}"
             else:
-                torch.testing.assert_close(g, w, atol=atol, rtol=rtol, msg=lambda m: f"{what}[{i}]: {m}")
+                torch.testing.assert_close(g, w, atol=atol, rtol=rtol, equal_nan=True,
+                                           msg=lambda m: f"{what}[{i}]: {m}")
         else:
             assert g == w, f"{what}[{i}]: {g!r} != eager {w!r}"
 

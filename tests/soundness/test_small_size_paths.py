@@ -26,11 +26,10 @@ from pathlib import Path
 
 import pytest
 import torch
-import torch.utils._pytree as pytree
 
 import graphport as gp
 
-from . import clone_tree
+from . import assert_same, clone_tree
 from .small_size_programs import MAX, PROGRAMS, Program
 
 SIZES = (0, 1, 2, 3, MAX)
@@ -58,21 +57,6 @@ def _target(p: Program):
 
 def _state(module) -> dict[str, torch.Tensor]:
     return {k: v for k, v in [*module.named_parameters(), *module.named_buffers()]}
-
-
-def _assert_same(got, want, what: str):
-    gl, gs = pytree.tree_flatten(got)
-    wl, ws = pytree.tree_flatten(want)
-    assert gs == ws, f"{what}: structure {gs} != eager {ws}"
-    for i, (g, w) in enumerate(zip(gl, wl)):
-        if isinstance(w, torch.Tensor):
-            assert isinstance(g, torch.Tensor), f"{what}[{i}]: {type(g).__name__} where eager has a tensor"
-            assert g.shape == w.shape, f"{what}[{i}]: shape {tuple(g.shape)} != eager {tuple(w.shape)}"
-            assert g.dtype == w.dtype, f"{what}[{i}]: dtype {g.dtype} != eager {w.dtype}"
-            torch.testing.assert_close(g, w, atol=1e-5, rtol=1e-4, equal_nan=True,
-                                       msg=lambda m: f"{what}[{i}]: {m}")
-        else:
-            assert g == w, f"{what}[{i}]: {g!r} != eager {w!r}"
 
 
 def _run(call, args):
@@ -115,10 +99,11 @@ def check_call(p: Program, target, ep, args, where: str = "") -> str:
     assert want[0] == "ok", (
         f"{label}: eager raises {type(want[1]).__name__}: {str(want[1])[:200]}, "
         f"but the exported program answered")
-    _assert_same(got[1], want[1], f"{label}: output")
-    _assert_same(graph_args, eager_args, f"{label}: inputs after the call")
+    assert_same(got[1], want[1], exact=False, what=f"{label}: output", rtol=1e-4)
+    assert_same(graph_args, eager_args, exact=False, what=f"{label}: inputs after the call", rtol=1e-4)
     if p.module:
-        _assert_same(_state(graph), _state(eager), f"{label}: parameters and buffers after the call")
+        assert_same(_state(graph), _state(eager), exact=False, what=f"{label}: parameters and buffers after the call",
+                    rtol=1e-4)
     return "ran"
 
 
