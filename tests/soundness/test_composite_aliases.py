@@ -44,7 +44,7 @@ RETURNS_INPUT_OR_VIEW = {
     "as_strided_same": lambda x: x.as_strided(x.shape, x.stride()),
     "identity_module": lambda x: torch.nn.Identity()(x),
     # wrong today
-    "type_as": pytest.param(lambda x: x.type_as(x), marks=pytest.mark.xfail(strict=True, reason=KEPT_WHOLE)),
+    "type_as": lambda x: x.type_as(x),
     "sum_to_size_same": pytest.param(lambda x: x.sum_to_size(x.shape),
                                      marks=pytest.mark.xfail(strict=True, reason=KEPT_WHOLE)),
     "dropout_eval": pytest.param(lambda x: F.dropout(x, 0.5, training=False),

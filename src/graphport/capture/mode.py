@@ -7,6 +7,7 @@ variant and the written tensors are rebound to the new values.
 """
 from __future__ import annotations
 
+import contextlib
 from typing import Any
 
 import torch
@@ -240,6 +241,12 @@ class CaptureMode(_torch.TorchDispatchMode):
         decomposition on the tracers, in a scope whose graph is thrown away: composite ops
         pick kernels by device (CPU attention returns a transposed layout), and strides
         decide later view-or-copy choices, so they must be the ones the real run will have."""
+        if self.policy.may_alias(func):
+            return self.call_aliasing_composite(func, args, kwargs)
+        return self.keep_whole(func, args, kwargs)
+
+    def keep_whole(self, func, args, kwargs):
+        """Record the kept composite as one node (see call_kept_composite)."""
         tracers = [t for t in pytree.tree_leaves((args, kwargs)) if isinstance(t, TracerTensor)] \
             if func in _CHOOSES_KERNEL_BY_GRAD else []
         grads = tuple(self.rec.grad.requires_grad(self.rec.value(t)) for t in tracers)
@@ -250,6 +257,35 @@ class CaptureMode(_torch.TorchDispatchMode):
         node = self.rec.node(func, node_args, node_kwargs, val)
         self.rec.user_calls.add(node)
         return self.rec.wrap(val, node, self._device(args, kwargs))
+
+    def call_aliasing_composite(self, func, args, kwargs):
+        """A kept composite that may return an input or a view of one (policy.may_alias).
+        Its decomposition, run on the tracers in a scope whose graph is thrown away, says
+        which: when a result is an input or a view of an input's base, the decomposition is
+        recorded (its view ops, or nothing for the input itself), so writes through the
+        result reach the input and writes into the input are seen through it, as in eager;
+        otherwise the op stays whole. Whether it aliases may depend on a dynamic size
+        (`sum_to_size(1, 3)` is its input at one row): the decision is a view-or-copy choice,
+        so a later write into the input or the result has the small sizes traced again."""
+        inputs = [t for t in arg_leaves((args, kwargs)) if isinstance(t, TracerTensor)]
+        deferred = self.rec.deferred
+        with deferred.choice(inputs[0] if inputs else None) if deferred is not None else _no_choice() as result:
+            if self._decomposition_aliases(func, args, kwargs, inputs):
+                out = self.run_decomposition(func, func.decompose, args, kwargs)
+            else:
+                out = self.keep_whole(func, args, kwargs)
+            result.append(out)
+        return out
+
+    def _decomposition_aliases(self, func, args, kwargs, inputs) -> bool:
+        try:
+            with self.rec.child_scope(recording=False):
+                out = self.run_decomposition(func, func.decompose, args, kwargs)
+        except (RuntimeError, ValueError, TypeError, IndexError):
+            return False   # the op rejects its arguments: kept whole, its metadata raises eager's error
+        bases = {id(t.gp_base if t.gp_base is not None else t) for t in inputs}
+        return any(isinstance(t, TracerTensor) and id(t.gp_base if t.gp_base is not None else t) in bases
+                   for t in arg_leaves(out))
 
     def kept_composite_meta(self, func, args, kwargs, grads: tuple):
         """A kept composite's output metadata, `grads` saying which of its tensor arguments
@@ -423,6 +459,12 @@ def _overwrites_input(rec: Recorder, dst, src) -> bool:
 # views whose elements share memory).
 _FILLS = {aten.fill_.Scalar: lambda t, value: value, aten.fill_.Tensor: lambda t, value: value,
           aten.zero_.default: lambda t: 0}
+
+
+@contextlib.contextmanager
+def _no_choice():
+    """A view-or-copy choice outside a capture with deferred assumptions: nothing to tell."""
+    yield []
 
 
 def _masks(args) -> bool:
