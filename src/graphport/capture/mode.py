@@ -261,31 +261,44 @@ class CaptureMode(_torch.TorchDispatchMode):
     def call_aliasing_composite(self, func, args, kwargs):
         """A kept composite that may return an input or a view of one (policy.may_alias).
         Its decomposition, run on the tracers in a scope whose graph is thrown away, says
-        which: when a result is an input or a view of an input's base, the decomposition is
-        recorded (its view ops, or nothing for the input itself), so writes through the
-        result reach the input and writes into the input are seen through it, as in eager;
-        otherwise the op stays whole. Whether it aliases may depend on a dynamic size
-        (`sum_to_size(1, 3)` is its input at one row): the decision is a view-or-copy choice,
-        so a later write into the input or the result has the small sizes traced again."""
+        which. A result that is an input itself keeps the op's node as its value, as an
+        alias of the input (`alias_computed_as`); one that is a view of an input's base has
+        the decomposition recorded (its view ops); otherwise the op stays whole. Writes
+        through the result then reach the input, and writes into the input are seen through
+        it, as in eager. Whether it aliases may depend on a dynamic size (`sum_to_size(1, 3)`
+        is its input at one row): the call is a view-or-copy choice, so a later write into
+        the input or the result has the small sizes traced again."""
         inputs = [t for t in arg_leaves((args, kwargs)) if isinstance(t, TracerTensor)]
         deferred = self.rec.deferred
         with deferred.choice(inputs[0] if inputs else None) if deferred is not None else _no_choice() as result:
-            if self._decomposition_aliases(func, args, kwargs, inputs):
+            found = self._decomposed_on_tracers(func, args, kwargs)
+            bases = {id(_base(t)) for t in inputs}
+            if isinstance(found, TracerTensor) and any(found is t for t in inputs):
+                out = self.alias_computed_as(found, self.keep_whole(func, args, kwargs))
+            elif any(isinstance(t, TracerTensor) and id(_base(t)) in bases for t in arg_leaves(found)):
                 out = self.run_decomposition(func, func.decompose, args, kwargs)
             else:
                 out = self.keep_whole(func, args, kwargs)
             result.append(out)
         return out
 
-    def _decomposition_aliases(self, func, args, kwargs, inputs) -> bool:
+    def _decomposed_on_tracers(self, func, args, kwargs):
+        """The results of `func`'s decomposition on the tracers, recorded nowhere; None
+        when the op rejects its arguments (kept whole, its metadata then raises eager's error)."""
         try:
             with self.rec.child_scope(recording=False):
-                out = self.run_decomposition(func, func.decompose, args, kwargs)
+                return self.run_decomposition(func, func.decompose, args, kwargs)
         except (RuntimeError, ValueError, TypeError, IndexError):
-            return False   # the op rejects its arguments: kept whole, its metadata raises eager's error
-        bases = {id(t.gp_base if t.gp_base is not None else t) for t in inputs}
-        return any(isinstance(t, TracerTensor) and id(t.gp_base if t.gp_base is not None else t) in bases
-                   for t in arg_leaves(out))
+            return None
+
+    def alias_computed_as(self, t: TracerTensor, computed: TracerTensor) -> TracerTensor:
+        """A tensor that is `t` itself (a write through either reaches the other), whose
+        value, until one of them is written, is the node computing `computed`: an operator
+        that returns its input keeps its node in the graph, as in torch.export's, while
+        capture knows the result aliases the input."""
+        alias = self.rec.alias(t)
+        self.rec.scope.bind(alias, self.rec.value(computed), _base(t).gp_version)
+        return alias
 
     def kept_composite_meta(self, func, args, kwargs, grads: tuple):
         """A kept composite's output metadata, `grads` saying which of its tensor arguments
@@ -459,6 +472,10 @@ def _overwrites_input(rec: Recorder, dst, src) -> bool:
 # views whose elements share memory).
 _FILLS = {aten.fill_.Scalar: lambda t, value: value, aten.fill_.Tensor: lambda t, value: value,
           aten.zero_.default: lambda t: 0}
+
+
+def _base(t: TracerTensor) -> TracerTensor:
+    return t.gp_base if t.gp_base is not None else t
 
 
 @contextlib.contextmanager

@@ -29,12 +29,14 @@ def _identity(mode, t, *rest):
 
 def _dropout(op):
     """Dropout that drops nothing (`training=False` or `p == 0`) returns its input itself in
-    eager, which a program may write through; torch's Python kernel of the op returns a
-    copy, so that case is answered here. Other calls take the op's decomposition."""
+    eager, which a program may write through. torch's Python kernel of the op returns a
+    copy: that `clone` is recorded (the graph torch.export makes), and the result is an
+    alias of the input whose value is the copy until one of them is written."""
     def rule(mode, input, p, train):
-        if not train or p == 0:
-            return input
-        return mode.run_decomposition(op, mode.policy.decomposition(op), (input, p, train), {})
+        out = mode.run_decomposition(op, mode.policy.decomposition(op), (input, p, train), {})
+        if (not train or p == 0) and isinstance(input, TracerTensor):
+            return mode.alias_computed_as(input, out)
+        return out
     return rule
 
 
