@@ -140,3 +140,28 @@ def test_where_eager_computes_a_new_tensor_the_op_stays_one_node(case):
         want, got = program(eager_x), ep.module()(graph_x)
         torch.testing.assert_close(graph_x, eager_x)
         torch.testing.assert_close(got, want)
+
+
+ON_A_CONSTANT = {
+    "type_as": lambda c, x: c.type_as(x),
+    "sum_to_size_same": lambda c, x: c.sum_to_size(3),
+    "dropout_eval": lambda c, x: F.dropout(c, 0.2, training=False),
+    "einsum_identity": lambda c, x: torch.einsum("i->i", c),
+    "broadcast_tensors": lambda c, x: torch.broadcast_tensors(c, x)[0],
+}
+
+
+@pytest.mark.parametrize("op", list(ON_A_CONSTANT.values()), ids=list(ON_A_CONSTANT))
+def test_applied_to_a_plain_tensor_attribute(op):
+    """The operand is a module's plain tensor attribute (a constant of the program)."""
+    class Model(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.c = torch.randn(3)
+
+        def forward(self, x):
+            return op(self.c, x) * x
+
+    model, x = Model(), torch.randn(2, 3)
+    ep = gp.export(model, (x,))
+    torch.testing.assert_close(ep.module()(x), model(x))

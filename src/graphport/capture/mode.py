@@ -17,7 +17,7 @@ from ..op_args import arg_leaves, map_args
 from ..errors import (DataDependentError, GraphportError, InternalError, OperatorError, UnsupportedFeatureError,
                       UnsupportedOperatorError)
 from ..ops.kinds import DATA_DEPENDENT_SHAPE, DATA_READS, METADATA_MUTATING, Kind, is_impure, op_info
-from ..ops.policy import EXPORT_DEFAULT, DispatchPolicy, python_decomposition
+from ..ops.policy import EXPORT_DEFAULT, Aliasing, DispatchPolicy, python_decomposition
 from ..ops.views import ViewInverseMismatch, ViewWriteError, addresses_base_storage
 from . import example_answers
 from ..passes.metadata import DEVICE_KEY
@@ -241,8 +241,9 @@ class CaptureMode(_torch.TorchDispatchMode):
         decomposition on the tracers, in a scope whose graph is thrown away: composite ops
         pick kernels by device (CPU attention returns a transposed layout), and strides
         decide later view-or-copy choices, so they must be the ones the real run will have."""
-        if self.policy.may_alias(func):
-            return self.call_aliasing_composite(func, args, kwargs)
+        aliasing = self.policy.aliasing(func, args, kwargs)
+        if aliasing is not None:
+            return self.call_aliasing_composite(func, args, kwargs, aliasing)
         return self.keep_whole(func, args, kwargs)
 
     def keep_whole(self, func, args, kwargs):
@@ -258,16 +259,22 @@ class CaptureMode(_torch.TorchDispatchMode):
         self.rec.user_calls.add(node)
         return self.rec.wrap(val, node, self._device(args, kwargs))
 
-    def call_aliasing_composite(self, func, args, kwargs):
-        """A kept composite that may return an input or a view of one (policy.may_alias).
-        Its decomposition, run on the tracers in a scope whose graph is thrown away, says
-        which. A result that is an input itself keeps the op's node as its value, as an
-        alias of the input (`alias_computed_as`); one that is a view of an input's base has
-        the decomposition recorded (its view ops); otherwise the op stays whole. Writes
-        through the result then reach the input, and writes into the input are seen through
-        it, as in eager. Whether it aliases may depend on a dynamic size (`sum_to_size(1, 3)`
-        is its input at one row): the call is a view-or-copy choice, so a later write into
-        the input or the result has the small sizes traced again."""
+    def call_aliasing_composite(self, func, args, kwargs, aliasing: Aliasing):
+        """A kept composite that returns an input or views of inputs in eager (policy.aliasing).
+        A result that is the input itself keeps the op's node as its value, as an alias of
+        the input (`alias_computed_as`); views have the decomposition recorded (its view
+        ops). Writes through the result then reach the input, and writes into the input are
+        seen through it, as in eager. MAYBE: the decomposition, run on the tracers in a scope
+        whose graph is thrown away, tells which, or that the result is new (the op stays
+        whole). That answer may depend on a dynamic size (`sum_to_size(1, 3)` is its input
+        at one row): the call is then a view-or-copy choice, so a later write into the input
+        or the result has the small sizes traced again. A real tensor argument (a constant)
+        is taken as its lifted tracer, which the decomposition may then return."""
+        args, kwargs = map_args(self._lifted, (args, kwargs))
+        if aliasing is Aliasing.INPUT:
+            return self.alias_computed_as(args[0], self.keep_whole(func, args, kwargs))
+        if aliasing is Aliasing.VIEWS:
+            return self.run_decomposition(func, func.decompose, args, kwargs)
         inputs = [t for t in arg_leaves((args, kwargs)) if isinstance(t, TracerTensor)]
         deferred = self.rec.deferred
         with deferred.choice(inputs[0] if inputs else None) if deferred is not None else _no_choice() as result:
@@ -281,6 +288,9 @@ class CaptureMode(_torch.TorchDispatchMode):
                 out = self.keep_whole(func, args, kwargs)
             result.append(out)
         return out
+
+    def _lifted(self, a):
+        return self.rec.constant(a) if isinstance(a, torch.Tensor) and not isinstance(a, TracerTensor) else a
 
     def _decomposed_on_tracers(self, func, args, kwargs):
         """The results of `func`'s decomposition on the tracers, recorded nowhere; None
