@@ -129,6 +129,9 @@ CASES = [
     ("split_with_sizes-1", (3, 6), torch.float32, [S(aten.split_with_sizes.default, [1, 3, 2], 1, index=1)]),
     ("split_with_sizes-2", (3, 6), torch.float32,
      [S(aten.split_with_sizes.default, [1, 3, 2], dim=-1, index=2)]),
+    ("unsafe_split-1", (3, 5), torch.float32, [S(aten.unsafe_split.Tensor, 2, 1, index=1)]),
+    ("unsafe_split_with_sizes-1", (3, 6), torch.float32,
+     [S(aten.unsafe_split_with_sizes.default, [1, 3, 2], 1, index=1)]),
     ("unbind", (3, 5), torch.float32, [S(aten.unbind.int, 0, index=1)]),
     ("unbind-neg", (3, 5), torch.float32, [S(aten.unbind.int, -1, index=4)]),
     # chains, scattered back one step at a time as capture does

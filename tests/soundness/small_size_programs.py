@@ -23,8 +23,7 @@ layout (`is_contiguous_branch`, `slice_is_contiguous_branch`, `elementwise_outpu
 of strides or an offset as an assumption that the tensor's sizes are at least 2, proven at 0
 and 1 by a trace there, which sees eager's strides (`max(size, 1)` products). It answers right on
 the programs marked `xfail` for graphport's lost writes through aliases
-(`broadcast_tensors_contiguous_mutate`, `meshgrid_write_through`, `sum_to_size_write`,
-`item_count_*_write`, `masked_rows_reshape_write`), again because its graph keeps the views
+(`item_count_*_write`, `masked_rows_reshape_write`), again because its graph keeps the views
 and in-place operators.
 """
 from __future__ import annotations
@@ -53,11 +52,6 @@ class Program:
     xfail: str | None = None          # a wrong answer of the current code, described
     xfail_auto: str | None = None     # the same, with every dynamic dimension Dim.AUTO
 
-
-VIEW_OF_COMPOSITE = ("broadcast_tensors, meshgrid and sum_to_size (composite operators the graph keeps "
-                     "whole) return their input or views of it in eager, which writes through them into "
-                     "the input, but the capture treats their outputs as new tensors: an in-place write "
-                     "through them is lost (also with static shapes; tests/soundness/test_composite_aliases.py)")
 
 PROGRAMS: list[Program] = []
 
@@ -174,8 +168,7 @@ def _channels_last_contiguous_mutate(x):
 
 
 @program("broadcast_tensors_contiguous_mutate", lambda n: (randn(n, 1, 3), randn(4, 3)),
-         spec=lambda dim: ({0: dim("n")}, None),
-         xfail=VIEW_OF_COMPOSITE)
+         spec=lambda dim: ({0: dim("n")}, None))
 def _broadcast_tensors_contiguous_mutate(x, y):
     a, b = torch.broadcast_tensors(x, y)
     b = b.contiguous()
@@ -477,15 +470,14 @@ def _inplace_into_expanded(x, y):
     return x + y
 
 
-@program("meshgrid_write_through", lambda n: (randn(1), randn(n)), spec=lambda dim: (None, {0: dim("n")}),
-         xfail=VIEW_OF_COMPOSITE, xfail_auto=VIEW_OF_COMPOSITE)
+@program("meshgrid_write_through", lambda n: (randn(1), randn(n)), spec=lambda dim: (None, {0: dim("n")}))
 def _meshgrid_write_through(x, y):
     a, b = torch.meshgrid(x, y, indexing="ij")
     b.add_(1)          # b is a (1, n) view of y at every n
     return a + b, y + 0
 
 
-@program("sum_to_size_write", lambda n: (randn(n, 3),), xfail=VIEW_OF_COMPOSITE)
+@program("sum_to_size_write", lambda n: (randn(n, 3),))
 def _sum_to_size_write(x):
     s = x.sum_to_size(1, 3)      # x itself at n = 1, a new tensor (the column sums) above
     s.add_(1)

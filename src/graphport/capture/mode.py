@@ -16,7 +16,7 @@ from ..op_args import arg_leaves, map_args
 from ..errors import (DataDependentError, GraphportError, InternalError, OperatorError, UnsupportedFeatureError,
                       UnsupportedOperatorError)
 from ..ops.kinds import DATA_DEPENDENT_SHAPE, DATA_READS, METADATA_MUTATING, Kind, is_impure, op_info
-from ..ops.policy import EXPORT_DEFAULT, DispatchPolicy, python_decomposition
+from ..ops.policy import EXPORT_DEFAULT, Aliasing, DispatchPolicy, python_decomposition
 from ..ops.views import ViewInverseMismatch, ViewWriteError, addresses_base_storage
 from . import example_answers
 from ..passes.metadata import DEVICE_KEY
@@ -240,6 +240,13 @@ class CaptureMode(_torch.TorchDispatchMode):
         decomposition on the tracers, in a scope whose graph is thrown away: composite ops
         pick kernels by device (CPU attention returns a transposed layout), and strides
         decide later view-or-copy choices, so they must be the ones the real run will have."""
+        aliasing = self.policy.aliasing(func, args, kwargs)
+        if aliasing is not None:
+            return self.call_aliasing_composite(func, args, kwargs, aliasing)
+        return self.keep_whole(func, args, kwargs)
+
+    def keep_whole(self, func, args, kwargs):
+        """Record the kept composite as one node (see call_kept_composite)."""
         tracers = [t for t in pytree.tree_leaves((args, kwargs)) if isinstance(t, TracerTensor)] \
             if func in _CHOOSES_KERNEL_BY_GRAD else []
         grads = tuple(self.rec.grad.requires_grad(self.rec.value(t)) for t in tracers)
@@ -250,6 +257,56 @@ class CaptureMode(_torch.TorchDispatchMode):
         node = self.rec.node(func, node_args, node_kwargs, val)
         self.rec.user_calls.add(node)
         return self.rec.wrap(val, node, self._device(args, kwargs))
+
+    def call_aliasing_composite(self, func, args, kwargs, aliasing: Aliasing):
+        """A kept composite that returns an input or views of inputs in eager (policy.aliasing).
+        A result that is the input itself keeps the op's node as its value, as an alias of
+        the input (`alias_computed_as`); views have the decomposition recorded (its view
+        ops). Writes through the result then reach the input, and writes into the input are
+        seen through it, as in eager. MAYBE: the decomposition, run on the tracers in a scope
+        whose graph is thrown away, tells which, or that the result is new (the op stays
+        whole). That answer may depend on a dynamic size (`sum_to_size(1, 3)` is its input
+        at one row): the call is then a view-or-copy choice, so a later write into the input
+        or the result has the small sizes traced again. A real tensor argument (a constant)
+        is taken as its lifted tracer, which the decomposition may then return."""
+        args, kwargs = map_args(self._lifted, (args, kwargs))
+        if aliasing is Aliasing.INPUT:
+            return self.alias_computed_as(args[0], self.keep_whole(func, args, kwargs))
+        if aliasing is Aliasing.VIEWS:
+            return self.run_decomposition(func, func.decompose, args, kwargs)
+        inputs = [t for t in arg_leaves((args, kwargs)) if isinstance(t, TracerTensor)]
+        with self.rec.view_or_copy(inputs[0] if inputs else None) as result:
+            found = self._decomposed_on_tracers(func, args, kwargs)
+            bases = {id(_base(t)) for t in inputs}
+            if isinstance(found, TracerTensor) and any(found is t for t in inputs):
+                out = self.alias_computed_as(found, self.keep_whole(func, args, kwargs))
+            elif any(isinstance(t, TracerTensor) and id(_base(t)) in bases for t in arg_leaves(found)):
+                out = self.run_decomposition(func, func.decompose, args, kwargs)
+            else:
+                out = self.keep_whole(func, args, kwargs)
+            result.append(out)
+        return out
+
+    def _lifted(self, a):
+        return self.rec.constant(a) if isinstance(a, torch.Tensor) and not isinstance(a, TracerTensor) else a
+
+    def _decomposed_on_tracers(self, func, args, kwargs):
+        """The results of `func`'s decomposition on the tracers, recorded nowhere; None
+        when the op rejects its arguments (kept whole, its metadata then raises eager's error)."""
+        try:
+            with self.rec.child_scope(recording=False):
+                return self.run_decomposition(func, func.decompose, args, kwargs)
+        except (RuntimeError, ValueError, TypeError, IndexError):
+            return None
+
+    def alias_computed_as(self, t: TracerTensor, computed: TracerTensor) -> TracerTensor:
+        """A tensor that is `t` itself (a write through either reaches the other), whose
+        value, until one of them is written, is the node computing `computed`: an operator
+        that returns its input keeps its node in the graph, as in torch.export's, while
+        capture knows the result aliases the input."""
+        alias = self.rec.alias(t)
+        self.rec.scope.bind(alias, self.rec.value(computed), _base(t).gp_version)
+        return alias
 
     def kept_composite_meta(self, func, args, kwargs, grads: tuple):
         """A kept composite's output metadata, `grads` saying which of its tensor arguments
@@ -421,6 +478,10 @@ def _overwrites_input(rec: Recorder, dst, src) -> bool:
 # views whose elements share memory).
 _FILLS = {aten.fill_.Scalar: lambda t, value: value, aten.fill_.Tensor: lambda t, value: value,
           aten.zero_.default: lambda t: 0}
+
+
+def _base(t: TracerTensor) -> TracerTensor:
+    return t.gp_base if t.gp_base is not None else t
 
 
 def _masks(args) -> bool:

@@ -27,6 +27,28 @@ def _identity(mode, t, *rest):
     return t
 
 
+def _dropout(op):
+    """Dropout that drops nothing (`training=False` or `p == 0`) returns its input itself in
+    eager, which a program may write through. torch's Python kernel of the op returns a
+    copy: that `clone` is recorded (the graph torch.export makes), and the result is an
+    alias of the input whose value is the copy until one of them is written."""
+    def rule(mode, input, p, train):
+        out = mode.run_decomposition(op, mode.policy.decomposition(op), (input, p, train), {})
+        if (not train or p == 0) and isinstance(input, TracerTensor):
+            return mode.alias_computed_as(input, out)
+        return out
+    return rule
+
+
+def _view_by_kernel(op):
+    """An op whose results are views of its input in eager although its schema says they
+    are new tensors (`unsafe_split`: views without autograd's view tracking): recorded as a
+    view, so writes through a piece reach the input."""
+    def rule(mode, *args, **kwargs):
+        return mode.call(op, args, kwargs, view=True)
+    return rule
+
+
 def _batch_norm(mode, input, weight, bias, running_mean, running_var, training, momentum, eps, cudnn_enabled=True):
     """Batch norm at torch.export's level: one node, with running-stat updates as writes."""
     if not training:
@@ -50,6 +72,9 @@ SPECIAL: dict[Any, Callable] = {
     aten.alias.default: _alias,
     aten.detach_.default: _identity,
     aten.batch_norm.default: _batch_norm,
+    **{op: _dropout(op) for op in (aten.dropout.default, aten.feature_dropout.default, aten.alpha_dropout.default,
+                                   aten.feature_alpha_dropout.default)},
+    **{op: _view_by_kernel(op) for op in (aten.unsafe_split.Tensor, aten.unsafe_split_with_sizes.default)},
 }
 
 

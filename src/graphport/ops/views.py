@@ -387,6 +387,8 @@ INVERSES: dict[Any, Inverse] = {
     aten.unfold.default: _inv_unfold,
     aten.split.Tensor: _inv_split,
     aten.split_with_sizes.default: _inv_split_with_sizes,
+    aten.unsafe_split.Tensor: _inv_split,              # views by kernel, not by schema (capture/rules.py)
+    aten.unsafe_split_with_sizes.default: _inv_split_with_sizes,
     aten.unbind.int: _inv_unbind,
 }
 
@@ -403,7 +405,7 @@ _SAME_ELEMENTS = frozenset({
     aten.diagonal.default, aten.as_strided.default, aten.permute.default, aten.transpose.int, aten.t.default,
     aten.unsqueeze.default, aten.squeeze.default, aten.squeeze.dim, aten.squeeze.dims, aten.view.default,
     aten._reshape_alias.default, aten.expand.default, aten.unfold.default, aten.split.Tensor,
-    aten.split_with_sizes.default, aten.unbind.int,
+    aten.split_with_sizes.default, aten.unsafe_split.Tensor, aten.unsafe_split_with_sizes.default, aten.unbind.int,
 })
 
 
