@@ -167,10 +167,6 @@ def test_applied_to_a_plain_tensor_attribute(op):
     torch.testing.assert_close(ep.module()(x), model(x))
 
 
-@pytest.mark.xfail(strict=True, raises=gp.ControlFlowError, reason=(
-    "a cond branch may not return an alias of its operand (capture/control_flow.py:_refuse_aliases), and "
-    "eval dropout now is one, as in eager; torch.export accepts this branch (its graph keeps dropout, a copy "
-    "after decomposition). The alias's value is a fresh `clone` node, so an unwritten alias could be returned"))
 def test_a_cond_branch_may_return_eval_dropout_of_its_operand():
     def program(p, x):
         return torch.cond(p.sum() > 0, lambda x: F.dropout(x, 0.5, training=False), lambda x: x * 2, (x,))

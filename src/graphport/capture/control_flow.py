@@ -26,6 +26,7 @@ import torch.fx as fx
 
 from .. import _torch
 from ..errors import ControlFlowError
+from ..ops.kinds import Kind, op_info
 from ..shapes.expr import bounds
 from . import data_dependent
 from .data_dependent import bind_output_sizes
@@ -350,6 +351,8 @@ def _refuse_aliases(scope: Scope, outputs: list[TracerTensor], role: str, where:
     for i, t in enumerate(outputs):
         root = t.gp_base if t.gp_base is not None else t
         found = scope.bound_here(root)
+        if _computed_alias(scope, t, root):
+            continue
         if scope.parent.find(root) is not None and (found is None or found.op == "placeholder"):
             raise ControlFlowError(
                 f"the {role} ({where}) returns {'an operand or outer tensor' if root is t else 'a view of an input'} "
@@ -365,6 +368,15 @@ def _refuse_aliases(scope: Scope, outputs: list[TracerTensor], role: str, where:
                 "or views of one); outputs of a branch or body must be distinct tensors",
                 fix=f"return a copy for one of them: `out{i}.clone()`")
         seen[id(root)] = i
+
+
+def _computed_alias(scope: Scope, t: TracerTensor, root: TracerTensor) -> bool:
+    """An operator that returns its input in eager but is valued by a fresh node (eval
+    dropout's `clone`, capture/mode.py alias_computed_as): the graph returns a new tensor, as
+    torch.export's does, not a view of the operand."""
+    own = scope.bound_here(t) if t is not root else None
+    return (own is not None and own.op == "call_function" and isinstance(own.target, _torch.OpOverload)
+            and op_info(own.target).kind is not Kind.VIEW)
 
 
 def _check_layouts_agree(rec, true: Subgraph, false: Subgraph) -> None:
