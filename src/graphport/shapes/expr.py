@@ -388,6 +388,9 @@ class _Reasoner:
             return True if True in parts else (False if all(p is False for p in parts) else None)
         if not isinstance(rel, sympy.core.relational.Relational):
             return None
+        at_point = self._at_point(rel)
+        if at_point is not None:
+            return at_point
         rel = self.refine(rel)
         if rel is sympy.true or rel is sympy.false:
             return bool(rel)
@@ -405,6 +408,19 @@ class _Reasoner:
         if op == ">=":
             return True if lo >= 0 else (False if hi < 0 else None)
         return None
+
+    def _at_point(self, rel: sympy.Basic) -> bool | None:
+        """The relation's value where each of its symbols has a one-point range: evaluated
+        there, not bounded (bounds of `x % 2` do not know x)."""
+        symbols = rel.free_symbols
+        if not symbols or any(s not in self.ranges or self.ranges[s][0] != self.ranges[s][1]
+                              or not isinstance(self.ranges[s][0], int) for s in symbols):
+            return None
+        try:
+            value = rel.xreplace({s: sympy.Integer(self.ranges[s][0]) for s in symbols})
+        except ZeroDivisionError:
+            return None
+        return bool(value) if value is sympy.true or value is sympy.false else None
 
 
 _INF = math.inf
