@@ -8,7 +8,8 @@ Their only effect is that operator's output shapes and strides, so they are prov
 that metadata out again at the small size and comparing. A third kind of answer is one a
 `contiguous()`, `reshape` or `flatten` call makes choosing between a view and a copy: the values
 are the same either way, so it needs no proof unless the program later writes in place into the
-result or its source (an alias at size 1, a copy at size 2), or reads their layout.
+result or its source (an alias at size 1, a copy at size 2). A read of strides or an offset
+by the program is an ordinary assumption (`layout_read`): eager's may differ at small sizes.
 
 The whole program is traced again only when some assumption was made anywhere else (in the
 program's own code, in a composite kernel deciding which operators to run), when a proof here

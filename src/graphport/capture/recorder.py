@@ -85,7 +85,8 @@ class Recorder:
                     self.unsettled_aliases[id(t.gp_base if t.gp_base is not None else t)] = undecided[0]
 
     def written(self, target) -> None:
-        """An in-place write into `target`: refused where its aliasing is data-dependent."""
+        """An in-place write into `target`: refused where a view-or-copy choice left its
+        aliasing open (data-dependent sizes, or dims the spec does not relate)."""
         if self.deferred is not None:
             self.deferred.written(target)
         if not self.unsettled_aliases or not isinstance(target, TracerTensor):
@@ -95,17 +96,16 @@ class Recorder:
             return
         what = ("the program writes in place into the result of a contiguous(), reshape() or flatten() call (or "
                 "into its source) whose view-or-copy choice capture could not decide")
+        clone = "make the copy explicit before writing (y = x.reshape(...).clone())"
         if self.sizes.env.unbacked.involved(question):
             raise DataDependentError(
                 f"{what}: it depends on data-dependent sizes ({question}); at some of their values (such as 0 or 1) "
                 "eager returns a view, at others a copy, so the write reaches the source only sometimes",
-                fix="make the copy explicit before writing (y = x.reshape(...).clone()), or write into the source "
-                    "before the call")
+                fix=f"{clone}, or write into the source before the call")
         raise UnsupportedFeatureError(
             f"{what}: it depends on whether {question}, which dynamic_shapes leaves open; eager returns a view "
             "where it holds and a copy where not, so the write reaches the source only sometimes",
-            fix="make the copy explicit before writing (y = x.reshape(...).clone()), or relate the dims in "
-                "dynamic_shapes (the same Dim, or a Dim expression)")
+            fix=f"{clone}, or relate the dims in dynamic_shapes (the same Dim, or a Dim expression)")
 
     def layout_read(self, tensor) -> None:
         """The program reads a tensor's strides or storage offset (local_proofs.py says why it matters)."""
