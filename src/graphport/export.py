@@ -18,8 +18,8 @@ from ._gc import cycle_collection_paused
 from .capture import Captured, argument_names, capture, input_paths, program_module
 from .capture.pinned_metadata import proven_by_metadata
 from .errors import ConstraintViolationError, InputMismatchError, UnsupportedFeatureError, UnsupportedInputError
-from .passes.dead_code import eliminate_dead_code
-from .passes.metadata import finish_metadata
+from .capture.dead_code import eliminate_dead_code
+from .values import finish_metadata
 from .passes.small_sizes import prove_small_sizes
 from .passes.verifier import verify
 from .program import ExportedProgram, ModuleCallEntry, ModuleCallSignature

@@ -8,7 +8,7 @@ import torch
 import torch.fx as fx
 
 from .errors import InternalError
-from .passes.metadata import plain_values
+from .values import plain_values
 from .shapes.contract import ShapeContract
 from .signature import ExportGraphSignature, InputKind
 

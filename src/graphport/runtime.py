@@ -21,7 +21,7 @@ import torch.fx as fx
 from . import _torch
 from .call_checks import build_input_checker, build_output_builder
 from .errors import InputGuardError, InputStructureError, RuntimeCheckError
-from .passes.metadata import plain_values
+from .values import plain_values
 from .shapes.contract import ComputedValue
 from .shapes.unbacked import ASSERT_PREFIX
 from .signature import ConstantArgument, InputKind, OutputKind, SymIntArgument

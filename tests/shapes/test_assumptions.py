@@ -8,7 +8,7 @@ import sympy
 import torch
 
 import graphport as gp
-from graphport.passes.dead_code import eliminate_dead_code
+from graphport.capture.dead_code import eliminate_dead_code
 from graphport.ops.kinds import is_impure
 from graphport.shapes.env import ShapeEnv
 from graphport.shapes.expr import ValueRange

@@ -433,7 +433,7 @@ def finish_subgraph(sub: Subgraph, lifted: list[fx.Node], rec) -> torch.nn.Modul
     locations in torch's format, values capture made for itself and nobody uses removed.
     It becomes a GraphModule when the program's module is built (`program_module`): code is
     generated once per graph, and never for a trace that is only compared."""
-    from ..passes.dead_code import eliminate_dead_code
+    from .dead_code import eliminate_dead_code
     graph = sub.scope.graph
     first = next((n for n in graph.nodes if n.op != "placeholder"), None)
     order = list(sub.operands)

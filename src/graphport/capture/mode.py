@@ -19,7 +19,7 @@ from ..ops.kinds import DATA_DEPENDENT_SHAPE, DATA_READS, METADATA_MUTATING, Kin
 from ..ops.policy import EXPORT_DEFAULT, Aliasing, DispatchPolicy, python_decomposition
 from ..ops.views import ViewInverseMismatch, ViewWriteError, addresses_base_storage
 from . import example_answers
-from ..passes.metadata import DEVICE_KEY
+from ..values import DEVICE_KEY
 from .data_dependent import mask_index, rules as data_dependent_rules, truth
 from . import custom_ops
 from .environment import register_higher_order_rules

@@ -14,7 +14,6 @@ import itertools
 import sympy
 import torch
 
-from ..passes.small_sizes import pin
 from ..shapes.env import ShapeEnv
 from ..shapes.node import SymNode
 from ..shapes.spec import InputShapes
@@ -75,7 +74,7 @@ class PinnedSessions(contextlib.ExitStack):
 class _Session:
     def __init__(self, shapes: InputShapes, pins: dict):
         self.pins = pins
-        pinned = pin(shapes, pins)
+        pinned = shapes.pinned(pins)
         self.env: ShapeEnv = pinned.env
         self.original_guards = {g.rel.xreplace(pins) for g in shapes.env.guards}
         self.rec = Recorder(locations=False)

@@ -20,7 +20,7 @@ from .. import _torch
 from ..op_args import map_args
 from ..errors import DataDependentError, InternalError, UnsupportedFeatureError
 from ..ops.views import COVERS_SOURCE, ViewStep, replay, scatter_back
-from ..passes.metadata import DEVICE_KEY
+from ..values import DEVICE_KEY
 from ..source import user_stack
 from .grad import GradFlow
 from .meta_cache import MetaCache

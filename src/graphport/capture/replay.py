@@ -24,8 +24,8 @@ import torch.fx as fx
 from .. import _torch
 from ..errors import OperatorError, UnsupportedFeatureError
 from ..ops.policy import DispatchPolicy
-from ..passes.dead_code import eliminate_dead_code
-from ..passes.metadata import capture_value
+from .dead_code import eliminate_dead_code
+from ..values import capture_value
 from .data_dependent import assert_fact, bind_symbol
 from .environment import capture_environment
 from .mode import CaptureMode

@@ -28,7 +28,7 @@ from ..signature import (ConstantArgument, ExportGraphSignature, InputKind, Inpu
                          SymFloatArgument, SymIntArgument, TensorArgument)
 from .._gc import cycle_collection_paused
 from .lowering_sizes import LoweredValidity, lowered_validity
-from .metadata import finish_metadata
+from ..values import finish_metadata
 from .verifier import verify
 
 pytree = _torch.pytree

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import itertools
 import os
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any, Callable
 
 import sympy
@@ -115,7 +115,7 @@ def _try(pins: dict[sympy.Symbol, int], retrace, shapes: InputShapes, graph: fx.
          report: SmallSizeReport):
     """(why the pinned sizes are not valid, or None; the pinned trace's own assumptions)."""
     pins = {s: sympy.Integer(v) for s, v in pins.items()}
-    pinned = pin(shapes, pins)
+    pinned = shapes.pinned(pins)
     report.traces += 1
     try:
         pinned_graph, pinned_constants = retrace(pinned, locations=False)
@@ -158,7 +158,7 @@ def _located(difference: tuple, retrace, shapes: InputShapes, graph: fx.Graph, p
     if difference[1] is not None:
         return difference
     try:
-        again = compare(graph, retrace(pin(shapes, pins))[0], pins)
+        again = compare(graph, retrace(shapes.pinned(pins))[0], pins)
     except Exception:   # it did not fail the first time: keep the difference found then
         return difference
     return again if again is not None and again[1] is not None else difference
@@ -174,27 +174,6 @@ def _raised_by_graphport(error: Exception) -> bool:
         tb = tb.tb_next
     return (tb is not None and tb.tb_frame.f_code.co_filename.startswith(_PACKAGE)
             and "forwards_to_torch" not in tb.tb_frame.f_locals)   # a tracer's indexing, raising torch's error
-
-
-def pin(shapes: InputShapes, pins: dict[sympy.Symbol, int]) -> InputShapes:
-    """The same inputs with some symbols fixed to sizes, the others symbolic as before."""
-    env = ShapeEnv()
-    env.share_caches(shapes.env)
-    for sym, info in shapes.env.symbols.items():
-        if sym not in pins:
-            env.symbols[sym] = replace(info)
-    env.exact = shapes.env.exact - pins.keys()
-    sizes = {i: [_pinned_size(s, pins) for s in dims] for i, dims in shapes.sizes.items()}
-    return InputShapes(env, sizes, {s: d for s, d in shapes.dims.items() if s not in pins},
-                       {s: k for s, k in shapes.kinds.items() if s not in pins},
-                       scalars={i: _pinned_size(s, pins) for i, s in shapes.scalars.items()})
-
-
-def _pinned_size(size, pins):
-    if not isinstance(size, sympy.Basic):
-        return size
-    value = sympy.sympify(size.xreplace(pins))
-    return int(value) if value.is_Integer else value
 
 
 # -- comparing two graphs modulo pinned symbols -------------------------------------------------

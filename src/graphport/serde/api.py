@@ -18,7 +18,7 @@ from safetensors.torch import load_file
 
 from .._gc import cycle_collection_paused
 from ..errors import ArtifactError, GraphportError
-from ..passes.metadata import finish_metadata
+from ..values import finish_metadata
 from ..passes.verifier import verify
 from ..program import ExportedProgram
 from .archive import ArchiveReader, ArchiveWriter, dump_json

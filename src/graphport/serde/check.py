@@ -22,7 +22,7 @@ from .. import _torch
 from ..capture.environment import capture_environment
 from ..capture.meta_cache import MetaCache
 from ..errors import ArtifactError
-from ..passes.metadata import RuntimeValue
+from ..values import RuntimeValue
 from ..shapes.env import ShapeEnv
 
 _META = torch.device("meta")

@@ -52,7 +52,7 @@ def graph_to_json(gm: fx.GraphModule) -> dict:
     return {"nodes": nodes, "subgraphs": subgraphs}
 
 
-# Metadata rebuilt from the rest on load (passes/metadata.py): tensor_meta from val, and
+# Metadata rebuilt from the rest on load (values.py): tensor_meta from val, and
 # source_fn_stack, which holds the torch function object itself (torch_fn names it).
 DERIVED_META = ("tensor_meta", "source_fn_stack")
 

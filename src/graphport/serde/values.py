@@ -17,7 +17,7 @@ import torch
 import torch.fx as fx
 
 from ..errors import ArtifactError
-from ..passes.metadata import RuntimeValue
+from ..values import RuntimeValue
 from ..shapes.env import ShapeEnv
 from .symbolic import _short, sym_from_json, sym_to_json
 

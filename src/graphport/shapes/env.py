@@ -13,7 +13,7 @@ capture is not valid for instead of running them.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import sympy
@@ -75,6 +75,17 @@ class ShapeEnv:
         decisions keyed by the ranges of the symbols they involve, and size arithmetic."""
         self._by_ranges = other._by_ranges
         self._arith = other._arith
+
+    def fork(self, pinned: frozenset | set = frozenset()) -> "ShapeEnv":
+        """A new environment for a "what if" about this one (sizes pinned, a re-trace): the
+        same symbols and declared ranges, less those in `pinned`, sharing only the caches of
+        pure answers; guards, assumptions and decisions start empty, and nothing done in the
+        fork reaches this environment."""
+        env = ShapeEnv()
+        env.share_caches(self)
+        env.symbols = {sym: replace(info) for sym, info in self.symbols.items() if sym not in pinned}
+        env.exact = self.exact - set(pinned)
+        return env
 
     # -- symbols ------------------------------------------------------------------------
 

@@ -32,6 +32,22 @@ class InputShapes:
     specialized: list[str] = field(default_factory=list)           # what ended up static, and why
     scalars: dict[int, Any] = field(default_factory=dict)          # flat leaf index of a dynamic int -> its symbol
 
+    def pinned(self, pins: dict[sympy.Symbol, int]) -> "InputShapes":
+        """The same inputs with some symbols fixed to sizes, the others symbolic as before,
+        in a fork of the environment (this one is left as it is)."""
+        return InputShapes(self.env.fork(pins.keys()), {i: [_pinned_size(s, pins) for s in dims]
+                                                        for i, dims in self.sizes.items()},
+                           {s: d for s, d in self.dims.items() if s not in pins},
+                           {s: k for s, k in self.kinds.items() if s not in pins},
+                           scalars={i: _pinned_size(s, pins) for i, s in self.scalars.items()})
+
+
+def _pinned_size(size, pins: dict[sympy.Symbol, int]):
+    if not isinstance(size, sympy.Basic):
+        return size
+    value = sympy.sympify(size.xreplace(pins))
+    return int(value) if value.is_Integer else value
+
 
 def _describe(tree) -> str:
     def show(x):

@@ -15,8 +15,8 @@ import torch
 import torch.fx as fx
 from torch.fx.passes.shape_prop import TensorMetadata
 
-from .. import _torch
-from ..op_args import map_args
+from . import _torch
+from .op_args import map_args
 
 pytree = _torch.pytree
 DEVICE_KEY = "gp_device"     # set by capture on the nodes whose device it knows
