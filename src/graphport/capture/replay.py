@@ -24,6 +24,7 @@ import torch.fx as fx
 from .. import _torch
 from ..errors import OperatorError, UnsupportedFeatureError
 from ..ops.policy import DispatchPolicy
+from ..ops.vocabulary import SYMBOLIC_SIZE_OPS
 from .dead_code import eliminate_dead_code
 from ..values import capture_value
 from .data_dependent import assert_fact, bind_symbol
@@ -35,13 +36,6 @@ from .sizes import SizeValues, is_sym
 from .tracer import TracerTensor
 
 pytree = _torch.pytree
-
-# Size operators of the IR: replayed as the Python operations they are, on SymInts.
-_SIZE_OPS = frozenset({operator.add, operator.sub, operator.mul, operator.floordiv, operator.truediv,
-                       operator.mod, operator.pow, operator.neg, operator.eq, operator.ne, operator.lt,
-                       operator.le, operator.gt, operator.ge, operator.and_, operator.or_,
-                       torch.sym_max, torch.sym_min, torch.sym_not, torch.sym_float, torch.sym_int,
-                       torch.sym_sqrt, torch.sym_ite})
 
 
 # A functional graph's `view` stands for its value: the source's input had strides that
@@ -238,7 +232,7 @@ def _run(rec: Recorder, gm: fx.GraphModule, node: fx.Node, values: dict, policy:
         return args[0][args[1]]
     if target is torch.ops.aten.sym_size.int:
         return _size(rec, inputs.env, *args)
-    if target in _SIZE_OPS:
+    if target in SYMBOLIC_SIZE_OPS:
         return target(*args, **kwargs)
     if target is torch.ops.aten._assert_scalar.default:
         return _assert_scalar(rec, inputs.env, *args)

@@ -20,6 +20,7 @@ import torch
 import torch.fx as fx
 
 from ..errors import InternalError, UnsupportedFeatureError
+from ..ops.vocabulary import SYMBOLIC_SIZE_OPERATORS
 from ..shapes.env import ShapeEnv
 from ..shapes.expr import FloorDiv, Mod
 from ..shapes.node import SymNode
@@ -115,13 +116,14 @@ class SizeValues:
 _RELATIONS = {sympy.StrictGreaterThan: operator.gt, sympy.GreaterThan: operator.ge, sympy.StrictLessThan: operator.lt,
               sympy.LessThan: operator.le, sympy.Eq: operator.eq, sympy.Ne: operator.ne}
 
-_OPERATORS = {
-    "add": operator.add, "sub": operator.sub, "mul": operator.mul, "truediv": operator.truediv,
-    "floordiv": operator.floordiv, "mod": operator.mod, "pow": operator.pow, "neg": operator.neg,
-    "sym_max": torch.sym_max, "sym_min": torch.sym_min, "sqrt": torch.sym_sqrt, "sym_float": torch.sym_float,
-    "trunc": torch.sym_int, "eq": operator.eq, "ne": operator.ne, "lt": operator.lt, "le": operator.le,
-    "gt": operator.gt, "ge": operator.ge, "and": operator.and_, "or": operator.or_, "not": torch.sym_not,
-}
+# the shape engine's recipe operations, as the IR's symbolic-size operators that compute them
+_OPERATORS = {recipe: SYMBOLIC_SIZE_OPERATORS[name] for recipe, name in {
+    "add": "operator.add", "sub": "operator.sub", "mul": "operator.mul", "truediv": "operator.truediv",
+    "floordiv": "operator.floordiv", "mod": "operator.mod", "pow": "operator.pow", "neg": "operator.neg",
+    "sym_max": "torch.sym_max", "sym_min": "torch.sym_min", "sqrt": "torch.sym_sqrt", "sym_float": "torch.sym_float",
+    "trunc": "torch.sym_int", "eq": "operator.eq", "ne": "operator.ne", "lt": "operator.lt", "le": "operator.le",
+    "gt": "operator.gt", "ge": "operator.ge", "and": "operator.and_", "or": "operator.or_", "not": "torch.sym_not",
+}.items()}
 
 
 def _emit_recipe(op: str, args: list, emit: Callable):

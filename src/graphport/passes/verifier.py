@@ -13,16 +13,12 @@ from .. import _torch
 from ..ops.decompositions import lowerable
 from ..ops.kinds import writes_arguments
 from ..errors import InternalError
+from ..ops.vocabulary import SYMBOLIC_SIZE_OPS
 from ..signature import ConstantArgument, InputKind, OutputKind
 
 _INPUT_ORDER = [InputKind.PARAMETER, InputKind.BUFFER, InputKind.CONSTANT_TENSOR, InputKind.USER_INPUT]
 _OUTPUT_ORDER = [OutputKind.PARAMETER_MUTATION, OutputKind.BUFFER_MUTATION, OutputKind.USER_INPUT_MUTATION,
                  OutputKind.USER_OUTPUT]
-_SYMBOLIC_OPS = frozenset({operator.add, operator.sub, operator.mul, operator.floordiv, operator.truediv,
-                           operator.mod, operator.pow, operator.neg, operator.eq, operator.ne, operator.lt,
-                           operator.le, operator.gt, operator.ge, operator.and_, operator.or_,
-                           torch.sym_max, torch.sym_min, torch.sym_not, torch.sym_float, torch.sym_int,
-                           torch.sym_sqrt, torch.sym_ite})
 
 
 _CONTROL_FLOW = frozenset({"cond", "map_impl", "while_loop", "scan"})
@@ -41,7 +37,7 @@ def _fail(node: fx.Node | None, rule: str) -> None:
 
 
 def _is_allowed_target(target) -> bool:
-    if target is operator.getitem or target in _SYMBOLIC_OPS:
+    if target is operator.getitem or target in SYMBOLIC_SIZE_OPS:
         return True
     if isinstance(target, _torch.HigherOrderOperator):
         return target.name() in _CONTROL_FLOW or target.name() in _FUNCTIONALIZED
@@ -60,7 +56,7 @@ def check_data_dependent_bindings(nodes: list[fx.Node], fail) -> None:
         names = _unbacked_names(val)
         if node.target in _BINDERS:
             bound |= names
-        elif node.target in _SYMBOLIC_OPS or node.target is _ASSERT:
+        elif node.target in SYMBOLIC_SIZE_OPS or node.target is _ASSERT:
             used = set().union(*(_unbacked_names(a.meta.get("val")) for a in node.all_input_nodes)) | names
             missing = sorted(used - bound)
             if missing:

@@ -7,9 +7,6 @@ registered in this process; it never imports a module named in the file.
 """
 from __future__ import annotations
 
-import builtins
-import math
-import operator
 import re
 from typing import Any
 
@@ -17,18 +14,10 @@ import torch
 
 from .. import _torch
 from ..errors import ArtifactError
+from ..ops.vocabulary import PYTHON_TARGETS
 from .symbolic import _short
 
-_PYTHON_FUNCTIONS: dict[str, Any] = {
-    **{f"operator.{name}": getattr(operator, name) for name in (
-        "getitem", "add", "sub", "mul", "floordiv", "truediv", "mod", "pow", "neg", "pos", "abs", "eq", "ne",
-        "lt", "le", "gt", "ge", "and_", "or_", "xor", "not_", "invert", "lshift", "rshift")},
-    **{f"torch.{name}": getattr(torch, name) for name in (
-        "sym_max", "sym_min", "sym_not", "sym_float", "sym_int", "sym_sqrt", "sym_ite", "sym_sum")},
-    **{f"math.{name}": getattr(math, name) for name in ("floor", "ceil", "trunc", "sqrt")},
-    **{f"builtins.{name}": getattr(builtins, name) for name in ("max", "min", "abs", "round")},
-}
-_PYTHON_NAMES = {id(fn): name for name, fn in _PYTHON_FUNCTIONS.items()}
+_PYTHON_NAMES = {id(fn): name for name, fn in PYTHON_TARGETS.items()}
 _IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 _BUILTIN_NAMESPACES = frozenset({"aten", "prims", "prim", "quantized", "_quantized", "rngprims", "debugprims"})
 
@@ -44,7 +33,7 @@ def target_to_json(target: Any, node: str) -> dict:
     if isinstance(target, _torch.HigherOrderOperator):
         return {"hop": target.name()}
     name = _PYTHON_NAMES.get(id(target))
-    if name is not None and _PYTHON_FUNCTIONS[name] is target:
+    if name is not None and PYTHON_TARGETS[name] is target:
         return {"python": name}
     raise ArtifactError(f"cannot save node '{node}': its target {target!r} is not an operator overload, a "
                         "higher-order operator or a supported Python function",
@@ -64,8 +53,8 @@ def target_from_json(data: Any, node: str) -> Any:
     (kind, name), = data.items()
     if not isinstance(name, str):
         raise ArtifactError(f"node '{node}': malformed target {_short(data)}")
-    if kind == "python" and name in _PYTHON_FUNCTIONS:
-        return _PYTHON_FUNCTIONS[name]
+    if kind == "python" and name in PYTHON_TARGETS:
+        return PYTHON_TARGETS[name]
     if kind == "hop":
         for hop in _torch.higher_order_operators():
             if hop.name() == name:
