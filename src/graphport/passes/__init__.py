@@ -1,0 +1,1 @@
+"""Passes over a captured program: small-size proofs, lowering, decided conds, the verifier."""

@@ -10,7 +10,6 @@
     graph_json.py    fx graphs and their subgraphs
     program_json.py  the whole program (graphport.json)
     check.py         load-time recomputation of every node's value
-    schema.py        the JSON Schema of graphport.json and a validator for it
     api.py           save / load
 """
 from .api import load, save
