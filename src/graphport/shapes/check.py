@@ -227,8 +227,10 @@ def _violation(violations: list[str], fixes: "_Fixes", first) -> ConstraintViola
         f"the program's shape logic contradicts dynamic_shapes ({len(unique)} "
         f"violation{'s' if len(unique) > 1 else ''}):\n" + "\n".join(unique) +
         ("\nSuggested fixes:\n" + fixes.render() + "\n" if fixes.lines else ""),
-        fix="apply the suggested fixes to dynamic_shapes (graphport.refine_dynamic_shapes_from_suggested_fixes "
-            "does it for you), or change the program",
+        fix=("apply the suggested fixes to dynamic_shapes (graphport.refine_dynamic_shapes_from_suggested_fixes "
+             "does it for you), or change the program") if fixes.lines else
+            "narrow the Dims' ranges to sizes where the program's requirements hold, state the requirement with "
+            "torch._check on the input sizes before it is used, or change the program",
         location=first)
 
 
