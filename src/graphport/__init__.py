@@ -25,6 +25,9 @@ from .errors import (
     UnsupportedOperatorError,
     UserError,
 )
+from .logs import configure_from_env as _configure_logs_from_env
+
+_configure_logs_from_env()
 
 # Everything else loads on first use (PEP 562), so that `import graphport` -- and with it the
 # `graphport` command's --help and argument checks -- does not wait for torch to import.
@@ -43,7 +46,7 @@ _LAZY = {
     "load": ".serde", "save": ".serde",
     "unflatten": ".unflatten",
     "default_decompositions": ".ops.decompositions",
-    "configure_logging": ".logs",
+    "configure_logging": ".logs", "on_progress": ".progress",
 }
 
 
@@ -91,5 +94,5 @@ __all__ = [
     "check", "CheckReport", "CommandLineError",
     "save", "load", "ArtifactError",
     "unflatten", "CallSignatureError", "RuntimeCheckError",
-    "default_decompositions", "configure_logging", "__version__",
+    "default_decompositions", "configure_logging", "on_progress", "__version__",
 ]

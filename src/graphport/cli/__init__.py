@@ -97,8 +97,8 @@ def build_parser() -> argparse.ArgumentParser:
                        description="Export MODULE:CALLABLE (or load --program) and compare the program with the "
                                    "model in eager mode on inputs drawn inside its dynamic ranges, and confirm "
                                    "inputs outside them are refused. Exit code 1 when a problem is found. With "
-                                   "--program, the example inputs saved in the program are used unless --args "
-                                   "or the factory gives others.")
+                                   "--program, draws start from the example inputs saved in the program; --args "
+                                   "is needed only for a program saved without them.")
     p.add_argument("model", metavar="MODULE:CALLABLE", help="the model or its factory (the eager reference)")
     entry_options(p)
     p.add_argument("--program", metavar="model.gport|model.pt2", help="check this saved program instead of exporting")

@@ -12,6 +12,7 @@ import torch
 from .. import _torch
 from ..errors import CommandLineError
 from ..signature import ConstantArgument, InputKind
+from ..progress import on_progress
 from .progress import Progress
 from .summary import summary
 from .targets import artifact_api, format_version, is_pt2, load_entry, load_hf, load_program
@@ -37,7 +38,8 @@ def export_cmd(args) -> int:
                  else load_entry(args.model, args.args, args.dynamic))
         args.dynamic_flags = entry.dynamic_flags
         progress.status("capturing")
-        ep = export(entry.model, entry.args, entry.kwargs, dynamic_shapes=entry.dynamic_shapes)
+        with on_progress(progress.listener):
+            ep = export(entry.model, entry.args, entry.kwargs, dynamic_shapes=entry.dynamic_shapes)
         progress.status("verifying")
         verify(ep)
         progress.status(f"saving {args.output}")
@@ -110,7 +112,8 @@ def check_cmd(args) -> int:
         else:
             entry = load_entry(args.model, args.args, args.dynamic)
             progress.status("exporting")
-            ep = export(entry.model, entry.args, entry.kwargs, dynamic_shapes=entry.dynamic_shapes)
+            with on_progress(progress.listener):
+                ep = export(entry.model, entry.args, entry.kwargs, dynamic_shapes=entry.dynamic_shapes)
         report = check(entry.model, ep, samples=args.samples, max_size=args.max_size, seed=args.seed,
                        progress=progress)
     finally:

@@ -136,8 +136,15 @@ def is_pt2(path: str) -> bool:
 def load_pt2(path: str):
     """A torch.export program, through torch.export.load and graphport's converter (which runs
     graphport's verifier on it)."""
+    from ..errors import ArtifactError
     from ..interop import from_torch
-    return from_torch(torch.export.load(path))
+    try:
+        tep = torch.export.load(path)
+    except Exception as e:   # noqa: BLE001 -- torch's reader fails in many ways on a damaged archive
+        raise ArtifactError(f"torch.export.load cannot read {path}: {e}",
+                            fix="give a file written by torch.export.save (or graphport convert --to pt2)",
+                            find_location=False) from e
+    return from_torch(tep)
 
 
 def artifact_api(name: str):
