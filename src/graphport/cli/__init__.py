@@ -39,7 +39,8 @@ class _Version(argparse.Action):
             torch_version = version("torch")
         except PackageNotFoundError:
             torch_version = "not installed"
-        parser.exit(message=f"graphport {graphport.__version__} (torch {torch_version})\n")
+        print(f"graphport {graphport.__version__} (torch {torch_version})")
+        parser.exit()
 
 
 def build_parser() -> argparse.ArgumentParser:
