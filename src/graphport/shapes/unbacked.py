@@ -208,16 +208,22 @@ def user_names(expr: sympy.Basic, unbacked: Unbacked) -> dict[sympy.Symbol, symp
 
 
 def assigned_name(line: str) -> str | None:
-    """`n` for the source line `n = t.item()`; None for anything else."""
+    """`n` for the source line `n = t.item()` (or `int(t)`, `float(t)`): a variable holding
+    the value itself; None for anything else (`counts = torch.bincount(x)` holds a tensor
+    whose size is the value, not the value)."""
     import ast
     try:
         tree = ast.parse(line.strip())
     except SyntaxError:   # part of a statement spread over lines
         return None
-    if len(tree.body) == 1 and isinstance(tree.body[0], ast.Assign) and len(tree.body[0].targets) == 1 \
-            and isinstance(tree.body[0].targets[0], ast.Name):
-        return tree.body[0].targets[0].id
-    return None
+    if len(tree.body) != 1 or not isinstance(tree.body[0], ast.Assign) or len(tree.body[0].targets) != 1 \
+            or not isinstance(tree.body[0].targets[0], ast.Name):
+        return None
+    value = tree.body[0].value
+    reads = isinstance(value, ast.Call) and (
+        (isinstance(value.func, ast.Attribute) and value.func.attr == "item" and not value.args)
+        or (isinstance(value.func, ast.Name) and value.func.id in ("int", "float", "bool") and len(value.args) == 1))
+    return tree.body[0].targets[0].id if reads else None
 
 
 def as_python(rel: sympy.Basic) -> str:
