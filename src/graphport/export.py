@@ -36,6 +36,7 @@ from .shapes.unbacked import with_data_dependent
 
 log = logging.getLogger("graphport.export")
 shapes_log = logging.getLogger("graphport.shapes")
+capture_log = logging.getLogger("graphport.capture")
 _STAGES = 5   # resolve, capture, shapes, program, verify: the steps progress counts
 
 
@@ -85,8 +86,9 @@ def export(mod: torch.nn.Module | Callable, args: tuple, kwargs: dict | None = N
 
     with _stage("capture", 2), progress.module_calls(root, "capture"):
         captured = trace(shapes, prove_locally=True)
-    if log.isEnabledFor(logging.INFO):
-        log.info("captured %d nodes", len(captured.graph.nodes))
+    if capture_log.isEnabledFor(logging.INFO):
+        capture_log.info("captured %d nodes, %d tensors of state, %d constants", len(captured.graph.nodes),
+                         len(captured.state_dict), len(captured.constants))
     with _stage("shape checks and small-size proofs", 3):
         if shapes is not None and shapes.env.deferral is not None:
             shapes.env.deferral.settle(lambda deferred: proven_by_metadata(deferred, shapes))

@@ -8,7 +8,6 @@ they route any library's:
     graphport.shapes               specializations, small-size proofs and why
     graphport.shapes.guards        every shape guard added, with the user's line
     graphport.passes               decompositions chosen by run_decompositions, and their time
-    graphport.serde                save / load: sizes and time
     graphport.check                the soundness checker's draws
 
 Nothing is shown unless asked, like torch's TORCH_LOGS. `GRAPHPORT_LOGS` is a comma-separated
@@ -39,7 +38,6 @@ LOGGERS = {
     "shapes": "graphport.shapes",
     "guards": "graphport.shapes.guards",
     "passes": "graphport.passes",
-    "serde": "graphport.serde",
     "check": "graphport.check",
 }
 ENV = "GRAPHPORT_LOGS"
