@@ -2,6 +2,9 @@
 
 The public API mirrors `torch.export`, so switching is a change of import.
 """
+import sys
+import types
+
 from .errors import (
     CommandLineError,
     ArtifactError,
@@ -22,19 +25,64 @@ from .errors import (
     UnsupportedOperatorError,
     UserError,
 )
-from .export import export
-from .draft import DraftExportReport, draft_export
-from .program import ExportedProgram, ModuleCallEntry, ModuleCallSignature
-from .signature import ExportGraphSignature, InputKind, InputSpec, OutputKind, OutputSpec
-from .pytree import register_dataclass
-from .shapes.check import refine_dynamic_shapes_from_suggested_fixes
-from .shapes.dims import AdditionalInputs, Dim, ShapesCollection, dims
-from .passes.verifier import verify
-from .control_flow import cond, map, scan, while_loop
-from .check import CheckReport, check
-from .serde import load, save
-from .unflatten import unflatten
-from .ops.decompositions import default_decompositions
+from .logs import configure_from_env as _configure_logs_from_env
+
+_configure_logs_from_env()
+
+# Everything else loads on first use (PEP 562), so that `import graphport` -- and with it the
+# `graphport` command's --help and argument checks -- does not wait for torch to import.
+_LAZY = {
+    "export": ".export", "draft_export": ".draft", "DraftExportReport": ".draft",
+    "ExportedProgram": ".program", "ModuleCallEntry": ".program", "ModuleCallSignature": ".program",
+    "ExportGraphSignature": ".signature", "InputKind": ".signature", "InputSpec": ".signature",
+    "OutputKind": ".signature", "OutputSpec": ".signature",
+    "register_dataclass": ".pytree",
+    "refine_dynamic_shapes_from_suggested_fixes": ".shapes.check",
+    "AdditionalInputs": ".shapes.dims", "Dim": ".shapes.dims", "ShapesCollection": ".shapes.dims",
+    "dims": ".shapes.dims",
+    "verify": ".passes.verifier",
+    "cond": ".control_flow", "map": ".control_flow", "scan": ".control_flow", "while_loop": ".control_flow",
+    "CheckReport": ".check", "check": ".check",
+    "load": ".serde", "save": ".serde",
+    "unflatten": ".unflatten",
+    "default_decompositions": ".ops.decompositions",
+    "configure_logging": ".logs", "on_progress": ".progress",
+}
+
+
+def __getattr__(name: str):
+    import importlib
+    if name == "__version__":
+        from importlib.metadata import PackageNotFoundError, version
+        try:
+            return version("graphport")
+        except PackageNotFoundError:   # a source tree that was never installed
+            return "0+unknown"
+    if name in _LAZY:
+        value = getattr(importlib.import_module(_LAZY[name], __name__), name)
+        globals()[name] = value   # later lookups do not come back here
+        return value
+    raise AttributeError(f"module 'graphport' has no attribute {name!r}")
+
+
+def __dir__():
+    return sorted(set(globals()) | set(_LAZY))
+
+
+class _Package(types.ModuleType):
+    """`graphport.export`, `graphport.check` and `graphport.unflatten` name both a submodule
+    and the function it defines. Importing the submodule makes the import system set the
+    package attribute to the module; the function is what users mean, so it is kept."""
+
+    def __setattr__(self, name, value):
+        if name in _SHADOWED and isinstance(value, types.ModuleType) and hasattr(value, name):
+            value = getattr(value, name)
+        super().__setattr__(name, value)
+
+
+_SHADOWED = {"export", "check", "unflatten"}
+sys.modules[__name__].__class__ = _Package
+
 
 __all__ = [
     "export", "draft_export", "DraftExportReport", "Dim", "dims", "ShapesCollection", "AdditionalInputs", "refine_dynamic_shapes_from_suggested_fixes", "ExportedProgram", "ExportGraphSignature", "InputKind", "InputSpec", "OutputKind",
@@ -46,5 +94,5 @@ __all__ = [
     "check", "CheckReport", "CommandLineError",
     "save", "load", "ArtifactError",
     "unflatten", "CallSignatureError", "RuntimeCheckError",
-    "default_decompositions",
+    "default_decompositions", "configure_logging", "on_progress", "__version__",
 ]

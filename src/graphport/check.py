@@ -10,6 +10,7 @@ smallest sizes that still fail, because a 1x1 counterexample is what a user can 
 from __future__ import annotations
 
 import copy
+import logging
 import random
 import zlib
 from dataclasses import dataclass, field
@@ -21,9 +22,12 @@ import torch
 from . import _torch
 from .errors import GraphportError, UnsupportedInputError
 from .program import ExportedProgram
+from .progress import report as report_progress
 from .shapes.contract import InputDimension
 from .shapes.expr import INF
 from .signature import OutputKind
+
+log = logging.getLogger("graphport.check")
 
 pytree = _torch.pytree
 
@@ -138,11 +142,14 @@ class _Checker:
         inside = self._inside_draws()
         outside = self._outside_draws()
         total, done = len(inside) + len(outside), 0
+        log.info("drawing %d size sets inside the contract and %d outside it", len(inside), len(outside))
         for sizes in inside:
+            log.debug("inside: %s", sizes)
             self._try_inside(sizes)
             done += 1
             self._tick(done, total)
         for sizes, why, bump in outside:
+            log.debug("outside (%s): %s", why, sizes)
             self._try_outside(sizes, why, bump)
             done += 1
             self._tick(done, total)
@@ -151,6 +158,7 @@ class _Checker:
     def _tick(self, done: int, total: int) -> None:
         if self.progress is not None:
             self.progress(done, total)
+        report_progress("check", done, total)
 
     def _example_value(self, fact) -> int:
         src = fact.source

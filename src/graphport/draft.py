@@ -83,6 +83,14 @@ def _issues(err: ConstraintViolationError) -> list[DraftIssue]:
 
 
 def _answered(answer: ExampleAnswer) -> DraftIssue:
+    if answer.condition is not None:   # `if s > 0:`: no torch._check settles a later bool(tensor)
+        cond = answer.condition
+        return DraftIssue("data-dependent", f"the program branches on `{cond}`, a tensor's value (data-dependent); "
+                                            f"answered {answer.answer} from the example inputs, checked at run "
+                                            f"time: inputs for which it is {not answer.answer} are refused",
+                          answer.location,
+                          f"to keep both paths, branch with torch.cond({cond}, true_fn, false_fn, operands), "
+                          f"or compute both and choose with torch.where({cond}, a, b)")
     return DraftIssue("data-dependent", f"the program asks whether {answer.question}, which depends on tensor "
                                         f"values (data-dependent); answered {answer.answer} from the example "
                                         "inputs, checked at run time", answer.location,

@@ -8,12 +8,16 @@
 """
 from __future__ import annotations
 
+import contextlib
 import inspect
+import logging
+import time
 import warnings
 from typing import Any, Callable
 
 import torch
 
+from . import progress
 from ._gc import cycle_collection_paused
 from .capture import Captured, argument_names, capture, input_paths, program_module
 from .capture.pinned_metadata import proven_by_metadata
@@ -29,6 +33,11 @@ from .shapes.dims import AdditionalInputs, ShapesCollection
 from .shapes.spec import InputShapes, resolve
 from .shapes.torch_spec import from_torch
 from .shapes.unbacked import with_data_dependent
+
+log = logging.getLogger("graphport.export")
+shapes_log = logging.getLogger("graphport.shapes")
+capture_log = logging.getLogger("graphport.capture")
+_STAGES = 5   # resolve, capture, shapes, program, verify: the steps progress counts
 
 
 @cycle_collection_paused()
@@ -65,8 +74,9 @@ def export(mod: torch.nn.Module | Callable, args: tuple, kwargs: dict | None = N
         dynamic_shapes = dynamic_shapes.dynamic_shapes(mod, args, kwargs)
     dynamic_shapes = from_torch(dynamic_shapes)
     shapes = None
-    if dynamic_shapes is not None:
-        shapes = resolve(dynamic_shapes, args, kwargs, arg_names, input_paths(args, kwargs, arg_names))
+    with _stage("resolve dynamic_shapes", 1):
+        if dynamic_shapes is not None:
+            shapes = resolve(dynamic_shapes, args, kwargs, arg_names, input_paths(args, kwargs, arg_names))
 
     def trace(shapes_: InputShapes | None, locations: bool = True, prove_locally: bool = False) -> Captured:
         captured = capture(fn, args, kwargs, root, shapes_, locations=locations,
@@ -74,30 +84,49 @@ def export(mod: torch.nn.Module | Callable, args: tuple, kwargs: dict | None = N
         eliminate_dead_code(captured.graph, captured.user_calls)
         return captured
 
-    captured = trace(shapes, prove_locally=True)
-    if shapes is not None and shapes.env.deferral is not None:
-        shapes.env.deferral.settle(lambda deferred: proven_by_metadata(deferred, shapes))
-    contract = None if shapes is None else _shape_contract(shapes, captured, trace)
-    contract = with_data_dependent(contract, captured.shape_env)
+    with _stage("capture", 2), progress.module_calls(root, "capture"):
+        captured = trace(shapes, prove_locally=True)
+    if capture_log.isEnabledFor(logging.INFO):
+        capture_log.info("captured %d nodes, %d tensors of state, %d constants", len(captured.graph.nodes),
+                         len(captured.state_dict), len(captured.constants))
+    with _stage("shape checks and small-size proofs", 3):
+        if shapes is not None and shapes.env.deferral is not None:
+            shapes.env.deferral.settle(lambda deferred: proven_by_metadata(deferred, shapes))
+        contract = None if shapes is None else _shape_contract(shapes, captured, trace)
+        contract = with_data_dependent(contract, captured.shape_env)
     for note in [] if shapes is None else shapes.specialized:
+        shapes_log.info("specialized: %s", note)
         warnings.warn(f"graphport: {note}", stacklevel=2)
     call_graph = [ModuleCallEntry("", ModuleCallSignature([], [], captured.in_spec, captured.out_spec,
                                                           captured.forward_arg_names,
                                                           _keywords_by_name(fn, kwargs)))]
     if root is not None:
         call_graph += _submodule_entries(root, captured.boundaries)
-    ep = ExportedProgram(
-        program_module(captured.graph),
-        captured.signature, captured.state_dict,
-        range_constraints=contract.range_constraints() if contract is not None else {},
-        module_call_graph=call_graph, example_inputs=(args, kwargs), constants=captured.constants,
-        input_paths=captured.input_paths, input_aliases=captured.input_aliases, shape_contract=contract,
-        shape_report=list(shapes.specialized) if shapes is not None else [])
-    verify(ep)
-    finish_metadata(ep.graph_module)
-    if additional is not None:
-        check_additional_inputs(ep, additional)
+    with _stage("program and verifier", 4):
+        ep = ExportedProgram(
+            program_module(captured.graph),
+            captured.signature, captured.state_dict,
+            range_constraints=contract.range_constraints() if contract is not None else {},
+            module_call_graph=call_graph, example_inputs=(args, kwargs), constants=captured.constants,
+            input_paths=captured.input_paths, input_aliases=captured.input_aliases, shape_contract=contract,
+            shape_report=list(shapes.specialized) if shapes is not None else [])
+        verify(ep)
+        finish_metadata(ep.graph_module)
+    with _stage("additional inputs", 5):
+        if additional is not None:
+            check_additional_inputs(ep, additional)
     return ep
+
+
+@contextlib.contextmanager
+def _stage(name: str, step: int):
+    """One step of export: its time on the `graphport.export` logger, its end to the
+    progress listener."""
+    start = time.perf_counter()
+    yield
+    if log.isEnabledFor(logging.INFO):
+        log.info("%-36s %8.3f s", name, time.perf_counter() - start)
+    progress.report("export", step, _STAGES)
 
 
 def _submodule_entries(root: torch.nn.Module, boundaries: dict) -> list[ModuleCallEntry]:
@@ -137,6 +166,8 @@ def _shape_contract(shapes: InputShapes, captured: Captured, trace: Callable) ->
             again = trace(pinned, locations)
         return again.graph, again.constants
     report = prove_small_sizes(retrace, shapes, captured.graph, captured.constants)
+    if shapes_log.isEnabledFor(logging.INFO):
+        _log_small_sizes(shapes, report)
     # A size where the program computes something else than at the example breaks the
     # declared range; one where the program fails (as eager would) is refused at call time.
     differs = {(sym, size): (refusal.reason, refusal.where) for (sym, size), refusal in report.refused.items()
@@ -155,6 +186,24 @@ def _shape_contract(shapes: InputShapes, captured: Captured, trace: Callable) ->
             what = "narrows Dim.AUTO's range" if shapes.kinds.get(sym) == "auto" else "is refused at call time"
             shapes.specialized.append(f"{shapes.env.symbols[sym].dim_name} < {lowest} {what}: {reason}")
     return build_contract(shapes, kept, valid_from, report.exclusions)
+
+
+def _log_small_sizes(shapes: InputShapes, report) -> None:
+    """Which sizes below the capture's assumptions were proven to give the same program, and
+    why the others were not."""
+    def name(sym):
+        return shapes.env.symbols[sym].dim_name
+    for sym, least in shapes.env.assumed_min.items():
+        shapes_log.info("capture assumed %s >= %d; proving the sizes below it by tracing there", name(sym), least)
+    for sym, sizes in report.valid.items():
+        shapes_log.info("small sizes proven: %s = %s give the same program", name(sym), sorted(sizes))
+    for (sym, size), refusal in report.refused.items():
+        where = f" (at {refusal.where})" if refusal.where else ""
+        outcome = "fails as eager does, refused at call time" if refusal.fails_in_eager else "differs"
+        shapes_log.info("small size %s = %d %s: %s%s", name(sym), size, outcome, refusal.reason, where)
+    for pins in report.exclusions:
+        shapes_log.info("combination %s refused at call time", {name(s): v for s, v in pins.items()})
+    shapes_log.debug("small-size proofs traced %d times", report.traces)
 
 
 def _keywords_by_name(fn: Callable, kwargs: dict) -> bool:

@@ -242,11 +242,10 @@ class ExportedModule(fx.GraphModule):
         if self._ep.call_spec.keywords_by_name:
             flat, spec = pytree.tree_flatten((args, _keys_in_order(kwargs, self._in_spec.child(1))))
         if spec != self._in_spec:
-            where, what = _first_difference(self._in_spec, spec, self._ep.call_spec.forward_arg_names or [])
-            raise InputStructureError(
-                f"input {where} {what}; the program was exported for inputs structured as\n"
-                f"  {_tree_summary(self._in_spec)}\n  and was called with\n  {_tree_summary(spec)}",
-                fix=f"call with {where} structured as at export (same arguments, keywords, keys and lengths)")
+            names = self._ep.call_spec.forward_arg_names or []
+            what, fix = _first_difference(self._in_spec, spec, names)
+            raise InputStructureError(f"{what}; the program is called as {_call_form(self._in_spec, names)}",
+                                      fix=fix)
         return flat, False
 
     def print_readable(self, *args, **kwargs):
@@ -456,17 +455,51 @@ def _keys_in_order(kwargs: dict, spec: pytree.TreeSpec) -> dict:
 
 
 def _first_difference(expected: pytree.TreeSpec, got: pytree.TreeSpec, arg_names: list[str]) -> tuple[str, str]:
-    """(path, what differs) for the first place two input trees part ways."""
+    """(what differs, how to call instead) for the first place two input trees part ways, in
+    a sentence naming the argument or keyword."""
     exp_args, exp_kwargs = expected.children()
     got_args, got_kwargs = got.children()
     if exp_args.num_children != got_args.num_children:
-        return "args", f"has {got_args.num_children} positional arguments, expected {exp_args.num_children}"
+        return (f"the call passes {_count(got_args.num_children, 'positional argument')}, but the program takes "
+                f"{exp_args.num_children}",
+                "pass the positional arguments the program was exported with, and the rest as keywords")
     for i in range(exp_args.num_children):
         name = arg_names[i] if i < len(arg_names) else f"args[{i}]"
         found = _walk(exp_args.child(i), got_args.child(i), name)
         if found:
-            return found
-    return _walk(exp_kwargs, got_kwargs, "kwargs") or ("", "differs")
+            return _in_words(found)
+    if exp_kwargs.type is dict and got_kwargs.type is dict and exp_kwargs.context != got_kwargs.context:
+        missing = [k for k in exp_kwargs.context if k not in got_kwargs.context]
+        extra = [k for k in got_kwargs.context if k not in exp_kwargs.context]
+        if missing:
+            return (f"the call lacks the keyword argument{'s' if len(missing) > 1 else ''} {_names(missing)}",
+                    "pass " + ", ".join(f"{k}=..." for k in missing) + " as at export")
+        if extra:
+            return (f"the call passes the keyword argument{'s' if len(extra) > 1 else ''} {_names(extra)}, "
+                    "which the program was not exported with",
+                    "leave out " + ", ".join(f"{k}=..." for k in extra) + ", or export with it")
+    return _in_words(_walk(exp_kwargs, got_kwargs, "kwargs") or ("the call", "differs"))
+
+
+def _in_words(found: tuple[str, str]) -> tuple[str, str]:
+    where, what = found
+    return f"input {where} {what}", f"call with {where} structured as at export (same keys, lengths and types)"
+
+
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}{'' if n == 1 else 's'}"
+
+
+def _names(keys: list) -> str:
+    return ", ".join(str(k) for k in keys)
+
+
+def _call_form(spec: pytree.TreeSpec, arg_names: list[str]) -> str:
+    """`(x, y, *, mask)`: how the program is called, from its input structure."""
+    args, kwargs = spec.children()
+    positional = [arg_names[i] if i < len(arg_names) else f"args[{i}]" for i in range(args.num_children)]
+    keywords = [str(k) for k in kwargs.context] if kwargs.type is dict and kwargs.context else []
+    return "(" + ", ".join(positional + (["*"] + keywords if keywords else [])) + ")"
 
 
 def _walk(exp: pytree.TreeSpec, got: pytree.TreeSpec, path: str) -> tuple[str, str] | None:
@@ -497,6 +530,3 @@ def _walk(exp: pytree.TreeSpec, got: pytree.TreeSpec, path: str) -> tuple[str, s
     return path, "differs"
 
 
-def _tree_summary(spec: pytree.TreeSpec) -> str:
-    text = str(spec).replace("\n", "")
-    return " ".join(text.split())

@@ -5,16 +5,19 @@ such as transformers counts as user code: it is what the user asked us to captur
 """
 from __future__ import annotations
 
+import importlib.util
 import linecache
 import os
 import sys
 from dataclasses import dataclass
 from types import CodeType, FrameType
 
-import torch
+# torch's directory, found without importing torch, so that errors (and with them the
+# command line's argument checks) load in milliseconds
+_TORCH_DIR = os.path.dirname(importlib.util.find_spec("torch").origin)
 
 _INTERNAL_DIRS = (
-    os.path.dirname(torch.__file__) + os.sep,
+    _TORCH_DIR + os.sep,
     os.path.dirname(os.path.abspath(__file__)) + os.sep,
     os.path.dirname(os.__file__) + os.sep + "contextlib.py",
 )
@@ -65,7 +68,7 @@ def innermost_user_location() -> SourceLocation | None:
     return None
 
 
-_TORCH_NN = os.path.join(os.path.dirname(torch.__file__), "nn") + os.sep
+_TORCH_NN = os.path.join(_TORCH_DIR, "nn") + os.sep
 
 
 # Capture walks the stack once per recorded node, through the same few hundred frames:

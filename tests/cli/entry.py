@@ -48,3 +48,30 @@ def data_dependent():
 
 def broken():
     raise ValueError("the factory failed")
+
+
+class Square(torch.nn.Module):
+    """`x @ x` needs a square x: a dynamic dim 0 is fixed to dim 1's size."""
+
+    def forward(self, x):
+        return x @ x
+
+
+def square_inputs():
+    return (torch.randn(4, 4),)
+
+
+class Fixed(torch.nn.Module):
+    """`view(2, 4, 2)` fixes the size of a 1-d input to 16."""
+
+    def forward(self, x):
+        return x.view(2, 4, 2)
+
+
+def fixed_inputs():
+    return (torch.randn(16),)
+
+
+def keyword_model():
+    """Called with keywords only, as transformers models are."""
+    return make_model(), (), dict(zip(("ids", "x"), inputs()))

@@ -40,3 +40,16 @@ def test_a_fresh_install_provides_the_graphport_command(tmp_path):
     subprocess.run([str(graphport), "view", "entry:model_and_inputs", "-o", str(html)], check=True, env=env,
                    cwd=tmp_path)
     assert "aten.linear.default" in html.read_text() and "function computeLayout" in html.read_text()
+    version = subprocess.run([str(graphport), "--version"], check=True, capture_output=True, text=True, env=env,
+                             cwd=tmp_path).stdout
+    assert version.startswith("graphport 0.1.0 (torch ")
+    missing = subprocess.run([str(graphport), "export", "entry:broken", "-o", "no/dir/x.gport"], capture_output=True,
+                             text=True, env=env, cwd=tmp_path)
+    assert missing.returncode == 2 and "the directory no/dir does not exist" in missing.stderr
+    import torch
+    from safetensors.torch import save_file
+    save_file({"ids": torch.zeros(3, 5, dtype=torch.int64), "x": torch.randn(3, 5, 3)}, tmp_path / "in.st")
+    refused = subprocess.run([str(graphport), "run", "entry:model_and_inputs", "--inputs", "in.st", "-o", "o.st"],
+                             capture_output=True, text=True, env=env, cwd=tmp_path)
+    assert refused.returncode == 3 and "--dynamic ids:0=MIN..MAX" in refused.stderr
+    assert str(graphport) not in refused.stderr   # no location in the launcher script

@@ -250,7 +250,7 @@ CASES = [
     Case("tolist_sizes", _tolist_sizes, (torch.randn(3), torch.tensor([2, 3])),
          [(torch.randn(3), torch.tensor([0, 5]))], breaking=[(torch.randn(3), torch.tensor([-1, 2]))]),
     Case("check_settles_branch", _checked_branch, (torch.tensor(4), torch.randn(5, 5)),
-         [(torch.tensor(0), torch.randn(5, 5))], unchecked=_branch_unchecked, suggestion="torch._check(u0 < 6)",
+         [(torch.tensor(0), torch.randn(5, 5))], unchecked=_branch_unchecked, suggestion="torch._check(a < 6)",
          breaking=[(torch.tensor(6), torch.randn(5, 5)), (torch.tensor(-3), torch.randn(5, 5))]),
     Case("constrain_as_size", _constrain_as_size, (torch.randn(3, 2), torch.tensor(4)),
          [(torch.randn(3, 2), torch.tensor(8)), (torch.randn(3, 2), torch.tensor(1))],

@@ -83,7 +83,7 @@ def test_question_about_data_dependent_value_names_check() -> None:
     with pytest.raises(gp.errors.DataDependentError) as info:
         gp.export(f, (torch.randn(4), torch.tensor(3)))
     message = str(info.value)
-    assert "torch._check(u0 > 2)" in message and "n.item()" in message and "test_program.py" in message
+    assert "torch._check(k > 2)" in message and "n.item()" in message and "test_program.py" in message
 
 
 def test_guard_or_false_questions_need_no_check() -> None:

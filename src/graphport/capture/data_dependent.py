@@ -77,7 +77,7 @@ _INT_RANGES = {torch.uint8: (0, 255), torch.int8: (-128, 127), torch.int16: (-2 
                torch.int32: (-2 ** 31, 2 ** 31 - 1)}
 
 
-def local_scalar_dense(mode, func, t):
+def local_scalar_dense(mode, func, t, origin: str | None = None):
     """`t.item()` (and int(t), float(t), t.tolist() elements): a data-dependent scalar bound
     to the node that reads it at run time (`item`, kept whole as torch.export keeps it, or
     `_local_scalar_dense`)."""
@@ -88,7 +88,7 @@ def local_scalar_dense(mode, func, t):
         raise DataDependentError(
             f"the program reads a tensor with {t.numel()} elements as one value (.item())",
             fix="select one element first, e.g. t[0].item(), or reduce the tensor (t.sum().item())")
-    label = f"{t.gp_label}.item()" if isinstance(t, TracerTensor) else "a tensor's .item()"
+    label = origin or (f"{t.gp_label}.item()" if isinstance(t, TracerTensor) else "a tensor's .item()")
     if t.dtype is torch.bool:
         sym = env.unbacked.new(bool, 0, 1, label)
         value = torch.SymBool(SymNode(sympy.Eq(sym, 1, evaluate=False), env, bool))
@@ -114,7 +114,25 @@ def truth(mode, t) -> bool:
     from the example and checked at run time."""
     nonzero = mode.call(aten.ne.Scalar, (t, 0), {})
     flag = mode.call(aten._to_copy.default, (nonzero,), {"dtype": torch.uint8})
-    return bool(local_scalar_dense(mode, aten._local_scalar_dense.default, flag))
+    return bool(local_scalar_dense(mode, aten._local_scalar_dense.default, flag,
+                                   example_answers.TRUTH_OF + _condition(t)))
+
+
+def _condition(t) -> str:
+    """The user's own expression for the tensor whose truth is asked: the condition of the
+    `if` / `while` / `assert` / conditional expression on the user's line, else the line."""
+    import ast
+    location = innermost_user_location()
+    line = location.code if location is not None else ""
+    source = "if " + line[5:] if line.startswith("elif ") else line
+    if source.endswith(":"):
+        source += " pass"
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:   # part of a statement spread over lines
+        return f"`{line}`" if line else t.gp_label
+    tests = [n.test for n in ast.walk(tree) if isinstance(n, (ast.If, ast.While, ast.Assert, ast.IfExp))]
+    return f"`{ast.unparse(tests[0])}`" if tests else f"`{line}`"
 
 
 # -- facts the program states ------------------------------------------------------------------

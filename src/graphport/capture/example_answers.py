@@ -21,7 +21,7 @@ import torch.fx as fx
 
 from .. import _torch
 from ..shapes.node import SymNode
-from ..shapes.unbacked import as_python, readable
+from ..shapes.unbacked import as_python, readable, suggested_check
 from ..source import SourceLocation, innermost_user_location
 
 
@@ -32,6 +32,10 @@ class ExampleAnswer:
     answer: bool
     check: str               # the torch._check(...) the program can state instead
     location: SourceLocation | None
+    condition: str | None = None   # for a branch on a tensor's truth (`if s > 0:`), the user's `s > 0`
+
+
+TRUTH_OF = "the truth of "   # the origin of a value standing for bool(t): TRUTH_OF + the user's expression
 
 
 _ANSWERS: contextvars.ContextVar[list[ExampleAnswer] | None] = contextvars.ContextVar("graphport_answers",
@@ -79,7 +83,10 @@ def _answer(rec, env, rel: sympy.Basic, location: SourceLocation | None,
     if env.unbacked.asserter is not None:
         env.unbacked.asserter(SymNode(stated, env, bool))
     question = readable(rel, env.unbacked).replace(str(rel), as_python(rel), 1)
-    found = ExampleAnswer(question, answer, f"torch._check({as_python(stated)})", location)
+    involved = env.unbacked.involved(rel)
+    origin = env.unbacked.infos[involved[0]].origin if len(involved) == 1 else ""
+    condition = origin[len(TRUTH_OF):].strip("`") if origin.startswith(TRUTH_OF) else None
+    found = ExampleAnswer(question, answer, suggested_check(stated, env.unbacked), location, condition)
     if found not in answers:
         answers.append(found)
     return answer

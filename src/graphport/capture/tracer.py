@@ -115,8 +115,8 @@ def meta_like(real: torch.Tensor) -> torch.Tensor:
 
 DATA_FIX = (
     "capture records one path through the program, so it cannot branch on a tensor's value.\n"
-    "Compute both sides and choose with torch.where(pred, a, b) (a cond operator, "
-    "torch.cond(pred, true_fn, false_fn, operands), is not captured by graphport yet);\n"
+    "Compute both sides and choose with torch.where(pred, a, b), or branch with\n"
+    "torch.cond(pred, true_fn, false_fn, (x,)), which graphport captures with both branches;\n"
     "if the value only guards an assumption, state it with torch._check(...) on shapes instead.")
 
 

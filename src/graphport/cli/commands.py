@@ -1,6 +1,10 @@
-"""What each `graphport` command does, given its parsed arguments; returns the exit code."""
+"""What each `graphport` command does, given its parsed arguments; returns the exit code.
+
+Loaded only after the command line is checked (it imports torch)."""
 from __future__ import annotations
 
+import contextlib
+import io
 import os
 
 import torch
@@ -8,9 +12,10 @@ import torch
 from .. import _torch
 from ..errors import CommandLineError
 from ..signature import ConstantArgument, InputKind
+from ..progress import on_progress
 from .progress import Progress
 from .summary import summary
-from .targets import artifact_api, format_version, load_entry, load_hf, load_program
+from .targets import artifact_api, format_version, is_pt2, load_entry, load_hf, load_program
 
 pytree = _torch.pytree
 
@@ -31,8 +36,10 @@ def export_cmd(args) -> int:
         progress.status("building the model")
         entry = (load_hf(args.hf, args.config, args.weights, args.dynamic) if args.hf
                  else load_entry(args.model, args.args, args.dynamic))
+        args.dynamic_flags = entry.dynamic_flags
         progress.status("capturing")
-        ep = export(entry.model, entry.args, entry.kwargs, dynamic_shapes=entry.dynamic_shapes)
+        with on_progress(progress.listener):
+            ep = export(entry.model, entry.args, entry.kwargs, dynamic_shapes=entry.dynamic_shapes)
         progress.status("verifying")
         verify(ep)
         progress.status(f"saving {args.output}")
@@ -45,7 +52,7 @@ def export_cmd(args) -> int:
 
 def inspect_cmd(args) -> int:
     ep = _program(args)
-    version = format_version(args.target) if os.path.exists(args.target) else None
+    version = format_version(args.target) if os.path.exists(args.target) and not is_pt2(args.target) else None
     print(summary(ep, version))
     if args.graph:
         print()
@@ -92,16 +99,21 @@ def run_cmd(args) -> int:
 def check_cmd(args) -> int:
     from ..check import check
     from ..export import export
-    entry = load_entry(args.model, args.args, args.dynamic)
+    args.dynamic_flags = args.dynamic
     progress = Progress("check")
     try:
         if args.program:
+            progress.status(f"loading {args.program}")
             ep = load_program(args.program)
-            if ep.example_inputs is None:   # a loaded program may not carry them: draw like the entry's
+            # the program's own example inputs, when it carries them, seed the draws
+            entry = load_entry(args.model, args.args, args.dynamic, inputs_required=ep.example_inputs is None)
+            if ep.example_inputs is None:
                 ep.example_inputs = (entry.args, entry.kwargs)
         else:
+            entry = load_entry(args.model, args.args, args.dynamic)
             progress.status("exporting")
-            ep = export(entry.model, entry.args, entry.kwargs, dynamic_shapes=entry.dynamic_shapes)
+            with on_progress(progress.listener):
+                ep = export(entry.model, entry.args, entry.kwargs, dynamic_shapes=entry.dynamic_shapes)
         report = check(entry.model, ep, samples=args.samples, max_size=args.max_size, seed=args.seed,
                        progress=progress)
     finally:
@@ -124,5 +136,54 @@ def view_cmd(args) -> int:
     return 0
 
 
+def convert_cmd(args) -> int:
+    from ..interop import to_torch
+    output = args.output or os.path.splitext(args.target)[0] + "." + args.to
+    if args.output is None:
+        from . import check_paths
+        args.output = output
+        check_paths(args)
+    progress = Progress("convert")
+    try:
+        progress.status("loading")
+        ep = _program(args)
+        progress.status("converting to torch.export")
+        tep = to_torch(ep)
+        progress.status(f"writing {output}")
+        with _removed_on_failure(output):
+            if args.to == "pt2":
+                torch.export.save(tep, output)
+            else:
+                write_onnx(tep, output)
+    finally:
+        progress.close()
+    print(f"wrote {output} ({os.path.getsize(output):,} bytes)")
+    return 0
+
+
+@contextlib.contextmanager
+def _removed_on_failure(path: str):
+    """No half-written file is left behind when a writer fails part way."""
+    existed = os.path.exists(path)
+    try:
+        yield
+    except BaseException:
+        if not existed and os.path.exists(path):
+            os.remove(path)
+        raise
+
+
+def write_onnx(tep, output: str) -> None:
+    """torch.onnx's exporter on the converted program; dynamic dims stay symbolic ONNX dims."""
+    try:
+        import onnxscript  # noqa: F401 -- torch.onnx's exporter needs it; say so before it fails deep inside
+    except ImportError as e:
+        raise CommandLineError("--to onnx needs the onnx and onnxscript packages",
+                               fix="pip install 'graphport[interop]'", find_location=False) from e
+    with contextlib.redirect_stdout(io.StringIO()):   # torch.onnx reports its passes on stdout
+        torch.onnx.export(tep, dynamo=True).save(output)
+
+
 def _program(args):
+    args.dynamic_flags = getattr(args, "dynamic", None)
     return load_program(args.target, args.args, args.dynamic)

@@ -43,8 +43,7 @@ def summary(ep: ExportedProgram, version: str | None = None) -> str:
     lines = []
     if version is not None:
         lines.append(f"format version: {version}")
-    arg_names = (ep.call_spec.forward_arg_names if ep.call_spec else None) or []
-    lines.append(f"signature: ({', '.join(arg_names)})")
+    lines.append(f"signature: {signature(ep)}")
     lines.append("inputs:")
     placeholders = {n.name: n for n in ep.graph.nodes if n.op == "placeholder"}
     users = [s for s in ep.graph_signature.input_specs if s.kind is InputKind.USER_INPUT]
@@ -82,6 +81,17 @@ def summary(ep: ExportedProgram, version: str | None = None) -> str:
     ops = custom_ops(ep)
     lines.append(f"custom ops: {', '.join(ops) if ops else 'none'}")
     return "\n".join(lines)
+
+
+def signature(ep: ExportedProgram) -> str:
+    """`(x, y, *, mask)`: positional parameters, then the keyword arguments the program was
+    exported with (a model called with keywords only reads `(*, input_ids, attention_mask)`)."""
+    positional = list((ep.call_spec.forward_arg_names if ep.call_spec else None) or [])
+    keywords: list[str] = []
+    in_spec = ep.call_spec.in_spec if ep.call_spec else None
+    if in_spec is not None and in_spec.num_children == 2 and in_spec.child(1).type is dict:
+        keywords = [str(k) for k in in_spec.child(1).context if k not in positional]
+    return "(" + ", ".join(positional + (["*"] + keywords if keywords else [])) + ")"
 
 
 def _bytes(n: int) -> str:

@@ -27,6 +27,7 @@ class Entry:
     args: tuple
     kwargs: dict = field(default_factory=dict)
     dynamic_shapes: dict | None = None
+    dynamic_flags: list[str] = field(default_factory=list)   # the --dynamic flags the shapes came from
 
 
 def resolve(spec: str) -> Any:
@@ -53,9 +54,10 @@ def resolve(spec: str) -> Any:
     return obj
 
 
-def load_entry(model_spec: str, args_spec: str | None, dynamic: list[str]) -> Entry:
+def load_entry(model_spec: str, args_spec: str | None, dynamic: list[str], inputs_required: bool = True) -> Entry:
     """The model from its factory (or instance), and example inputs from `--args` or from the
-    factory itself when it returns `(model, args)` or `(model, args, kwargs)`."""
+    factory itself when it returns `(model, args)` or `(model, args, kwargs)` (with
+    `inputs_required=False`, possibly none: `args` is then None)."""
     made = _call_if_factory(resolve(model_spec))
     kwargs: dict = {}
     if isinstance(made, tuple) and len(made) in (2, 3) and callable(made[0]):
@@ -67,14 +69,15 @@ def load_entry(model_spec: str, args_spec: str | None, dynamic: list[str]) -> En
         args = _call_if_factory(resolve(args_spec))
         if isinstance(args, dict):
             args, kwargs = (), args
-    if args is None:
+    if args is None and inputs_required:
         raise CommandLineError(f"no example inputs for {model_spec}",
                                fix="pass --args MODULE:CALLABLE returning a tuple of inputs, or make the factory "
                                    "return (model, args)", find_location=False)
-    args = args if isinstance(args, tuple) else (args,)
+    if args is not None and not isinstance(args, tuple):
+        args = (args,)
     if isinstance(model, torch.nn.Module):
         model.eval()
-    return Entry(model, args, kwargs, parse_dynamic(dynamic, model) if dynamic else None)
+    return Entry(model, args, kwargs, parse_dynamic(dynamic, model) if dynamic else None, list(dynamic))
 
 
 def _call_if_factory(obj: Any) -> Any:
@@ -105,15 +108,43 @@ def parse_dynamic(specs: list[str], model: Any = None) -> dict:
 
 
 def load_program(target: str, args_spec: str | None = None, dynamic: list[str] | None = None):
-    """The program in a `.gport` file, or the one exporting `MODULE:CALLABLE` gives."""
-    if ":" in target and not os.path.exists(target):
+    """The program in a `.gport` file or a torch.export `.pt2` file, or the one exporting
+    `MODULE:CALLABLE` gives."""
+    from . import is_entry_point
+    if is_entry_point(target):
         from ..export import export
         entry = load_entry(target, args_spec, dynamic or [])
         return export(entry.model, entry.args, entry.kwargs, dynamic_shapes=entry.dynamic_shapes)
     if not os.path.exists(target):
-        raise CommandLineError(f"no such file: {target}", fix="give a .gport file written by `graphport export`, "
-                                                              "or MODULE:CALLABLE", find_location=False)
+        raise CommandLineError(f"no such file: {target}", fix="give a .gport or .pt2 file, or MODULE:CALLABLE",
+                               find_location=False)
+    if is_pt2(target):
+        return load_pt2(target)
     return artifact_api("load")(target)
+
+
+def is_pt2(path: str) -> bool:
+    """A torch.export archive (torch.export.save), told from a .gport by its contents."""
+    import zipfile
+    if not zipfile.is_zipfile(path):
+        return False
+    with zipfile.ZipFile(path) as z:
+        return not any(name == "graphport.json" or name.endswith("/graphport.json") for name in z.namelist()) \
+            and any(name.endswith(".data/version") or "/models/" in name for name in z.namelist())
+
+
+def load_pt2(path: str):
+    """A torch.export program, through torch.export.load and graphport's converter (which runs
+    graphport's verifier on it)."""
+    from ..errors import ArtifactError
+    from ..interop import from_torch
+    try:
+        tep = torch.export.load(path)
+    except Exception as e:   # noqa: BLE001 -- torch's reader fails in many ways on a damaged archive
+        raise ArtifactError(f"torch.export.load cannot read {path}: {e}",
+                            fix="give a file written by torch.export.save (or graphport convert --to pt2)",
+                            find_location=False) from e
+    return from_torch(tep)
 
 
 def artifact_api(name: str):
@@ -174,4 +205,5 @@ def load_hf(model_type: str, config_path: str | None, weights: str | None, dynam
         size = config.image_size if isinstance(config.image_size, int) else config.image_size[0]
         kwargs = {"pixel_values": torch.randn(2, getattr(config, "num_channels", 3), size, size)}
         default = ["pixel_values:0=batch:1..64"]
-    return Entry(model, (), kwargs, parse_dynamic(dynamic or default))
+    flags = list(dynamic or default)
+    return Entry(model, (), kwargs, parse_dynamic(flags), flags)

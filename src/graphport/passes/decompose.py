@@ -13,13 +13,15 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import logging
+import time
 import warnings
 from typing import Any, Callable, Iterator
 
 import torch
 import torch.fx as fx
 
-from .. import _torch
+from .. import _torch, progress
 from ..capture.replay import ReplayInputs, replay
 from ..errors import UnsupportedFeatureError
 from ..ops.decompositions import DecompositionTable, TablePolicy, default_decompositions
@@ -30,6 +32,8 @@ from .._gc import cycle_collection_paused
 from .lowering_sizes import LoweredValidity, lowered_validity
 from ..values import finish_metadata
 from .verifier import verify
+
+log = logging.getLogger("graphport.passes")
 
 pytree = _torch.pytree
 _SYMBOLIC_ARGUMENTS = {torch.SymInt: SymIntArgument, torch.SymFloat: SymFloatArgument, torch.SymBool: SymBoolArgument}
@@ -45,6 +49,10 @@ def run_decompositions(ep: ExportedProgram, decomp_table: dict[Any, Callable] | 
     captures no triton kernels, so there is nothing it would change."""
     table = default_decompositions() if decomp_table is None else decomp_table
     table = table.materialize() if isinstance(table, DecompositionTable) else dict(table)
+    if log.isEnabledFor(logging.INFO):
+        _log_chosen(ep, table)
+    start = time.perf_counter()
+    progress.report("run_decompositions", 0, 3)
     env = _shape_env(ep.graph)
     named = frozenset(arg.name for entry in ep.module_call_graph if entry.signature is not None
                       for arg in entry.signature.inputs + entry.signature.outputs
@@ -61,6 +69,8 @@ def run_decompositions(ep: ExportedProgram, decomp_table: dict[Any, Callable] | 
 
     with _no_new_shape_facts(env, _traced_again(ep.graph, env) and validity) as proven:
         replayed = replay(ep.graph_module, policy, _replay_inputs(ep, env, named))
+        progress.report("run_decompositions", 1, 3)
+    progress.report("run_decompositions", 2, 3)
     graph = replayed.graph_module.graph
     input_specs = list(ep.graph_signature.input_specs)
     first_user = next((i for i, s in enumerate(input_specs) if s.kind is InputKind.USER_INPUT), len(input_specs))
@@ -76,7 +86,25 @@ def run_decompositions(ep: ExportedProgram, decomp_table: dict[Any, Callable] | 
         dict(ep.input_aliases), *_narrowed(ep, env, proven.valid_from))
     verify(lowered, dialect="core_aten" if decomp_table is None else "default")
     finish_metadata(lowered.graph_module)
+    progress.report("run_decompositions", 3, 3)
+    log.info("run_decompositions: %d nodes -> %d nodes in %.3f s", len(ep.graph.nodes), len(graph.nodes),
+             time.perf_counter() - start)
     return lowered
+
+
+def _log_chosen(ep: ExportedProgram, table: dict) -> None:
+    """Each operator of the program the table decomposes, with the decomposition chosen."""
+    counts: dict = {}
+    for node in ep.graph.nodes:
+        if node.op == "call_function" and node.target in table:
+            counts[node.target] = counts.get(node.target, 0) + 1
+    for op, count in counts.items():
+        fn = table[op]
+        if getattr(fn, "__self__", None) is op:   # OpOverload.decompose: the kernel registered with torch
+            chosen = "torch's registered decomposition"
+        else:
+            chosen = f"{getattr(fn, '__module__', '?')}.{getattr(fn, '__qualname__', repr(fn))}"
+        log.info("decomposing %s (%d node%s) with %s", op, count, "s" if count > 1 else "", chosen)
 
 
 def _renamed(entry: ModuleCallEntry, renamed: dict[str, Any]) -> ModuleCallEntry:

@@ -171,6 +171,28 @@ def _holds_across_the_range(rel, shapes: InputShapes) -> bool:
     return _satisfying_interval(rel, sym, declared) == (declared.lower, declared.upper)
 
 
+def _pinned_sizes(shapes: InputShapes) -> dict[sympy.Symbol, tuple[int, Guard]]:
+    """Dims the program fixes to one size (`2*b == 16`), each with the guard that fixes it.
+    Once a dim is reported as that constant, the program's other requirements on it
+    (`b % 4 == 0`, `b // 4 == 2` from the same `view`) hold there and are not reported again."""
+    pins = {}
+    for guard in shapes.env.guards:
+        syms = guard.rel.free_symbols
+        if isinstance(guard.rel, sympy.Eq) and len(syms) == 1 and shapes.kinds.get(next(iter(syms))) != "auto":
+            sym = next(iter(syms))
+            lin = _linear_in(guard.rel.lhs - guard.rel.rhs, sym)
+            if lin and (-lin[1]) % lin[0] == 0 and sym not in pins and not _holds_across_the_range(guard.rel, shapes):
+                pins[sym] = (-lin[1] // lin[0], guard)
+    return pins
+
+
+def _implied_by_pins(guard: Guard, pins: dict[sympy.Symbol, tuple[int, Guard]]) -> bool:
+    syms = guard.rel.free_symbols
+    if not syms or not all(s in pins for s in syms) or any(pins[s][1] is guard for s in syms):
+        return False
+    return guard.rel.xreplace({s: pins[s][0] for s in syms}) is sympy.true
+
+
 def _divisibility(rel, syms) -> int | None:
     """k when `rel` is Mod(sym, k) == 0 for a single size symbol."""
     if not isinstance(rel, sympy.Eq) or len(syms) != 1:
@@ -189,6 +211,7 @@ def check(shapes: InputShapes, small_sizes: dict | None = None) -> list[Guard]:
     env = shapes.env
     fixes = _Fixes(shapes)
     violations, kept, first = [], [], None
+    pins = _pinned_sizes(shapes)
     for guard in env.guards:
         syms = guard.rel.free_symbols
         # Dim.AUTO and Dim.DYNAMIC dims may be related or narrowed by the program; only
@@ -200,7 +223,7 @@ def check(shapes: InputShapes, small_sizes: dict | None = None) -> list[Guard]:
             rel = env.simplify(guard.rel)
             if rel is not sympy.true:   # an equality is already a replacement; the rest is checked per call
                 kept.append(Guard(rel, guard.location))
-        elif _holds_across_the_range(guard.rel, shapes):
+        elif _holds_across_the_range(guard.rel, shapes) or _implied_by_pins(guard, pins):
             continue
         else:
             explained = _explain(guard, shapes, fixes)
@@ -227,8 +250,10 @@ def _violation(violations: list[str], fixes: "_Fixes", first) -> ConstraintViola
         f"the program's shape logic contradicts dynamic_shapes ({len(unique)} "
         f"violation{'s' if len(unique) > 1 else ''}):\n" + "\n".join(unique) +
         ("\nSuggested fixes:\n" + fixes.render() + "\n" if fixes.lines else ""),
-        fix="apply the suggested fixes to dynamic_shapes (graphport.refine_dynamic_shapes_from_suggested_fixes "
-            "does it for you), or change the program",
+        fix=("apply the suggested fixes to dynamic_shapes (graphport.refine_dynamic_shapes_from_suggested_fixes "
+             "does it for you), or change the program") if fixes.lines else
+            "narrow the Dims' ranges to sizes where the program's requirements hold, state the requirement with "
+            "torch._check on the input sizes before it is used, or change the program",
         location=first)
 
 

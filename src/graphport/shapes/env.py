@@ -13,6 +13,7 @@ capture is not valid for instead of running them.
 """
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -22,6 +23,8 @@ from ..errors import UnsupportedFeatureError
 from ..source import SourceLocation, innermost_user_location
 from .expr import ValueRange, decide
 from .unbacked import Unbacked, needs_value, undecidable
+
+_guards_log = logging.getLogger("graphport.shapes.guards")
 
 
 _UNSET = object()
@@ -246,6 +249,9 @@ class ShapeEnv:
 
     def _record(self, guard: sympy.Basic, location: SourceLocation | None = None) -> None:
         self.guards.append(Guard(guard, location or innermost_user_location()))
+        if _guards_log.isEnabledFor(logging.INFO):
+            names = {s: sympy.Symbol(self.symbols[s].dim_name) for s in guard.free_symbols if s in self.symbols}
+            _guards_log.info("guard added: %s at %s", guard.xreplace(names), self.guards[-1].location)
         if isinstance(guard, sympy.Eq):
             self._replace(guard)
 

@@ -186,12 +186,44 @@ def readable(expr: sympy.Basic, unbacked: Unbacked) -> str:
 def suggested_check(rel: sympy.Basic, unbacked: Unbacked) -> str:
     """The torch._check call that settles `rel`: the relation itself, or, for a question
     about the sign of a value (is it a valid size?), `torch._check(u >= 0)` (what
-    torch._check_is_size states)."""
+    torch._check_is_size states). Each value is named as the user's code names it (`n` for
+    `n = t.item()`); one the code never named is spelled `u0` (the fix says how to name it)."""
     syms = unbacked.involved(rel)
     if isinstance(rel, sympy.core.relational.Relational) and len(syms) == 1 and rel.lhs == syms[0] \
             and rel.rel_op in ("<", ">=") and rel.rhs == 0:
-        return f"torch._check({syms[0]} >= 0)"
-    return f"torch._check({as_python(rel)})"
+        rel = sympy.Ge(syms[0], 0)
+    return f"torch._check({as_python(rel.xreplace(user_names(rel, unbacked)))})"
+
+
+def user_names(expr: sympy.Basic, unbacked: Unbacked) -> dict[sympy.Symbol, sympy.Symbol]:
+    """Each data-dependent symbol of `expr` that the user's code assigned to a variable where
+    it was made (`n = t.item()`), as that variable."""
+    names = {}
+    for sym in unbacked.involved(expr):
+        location = unbacked.infos[sym].location
+        name = assigned_name(location.code) if location is not None else None
+        if name is not None:
+            names[sym] = sympy.Symbol(name, **sym.assumptions0)
+    return names
+
+
+def assigned_name(line: str) -> str | None:
+    """`n` for the source line `n = t.item()` (or `int(t)`, `float(t)`): a variable holding
+    the value itself; None for anything else (`counts = torch.bincount(x)` holds a tensor
+    whose size is the value, not the value)."""
+    import ast
+    try:
+        tree = ast.parse(line.strip())
+    except SyntaxError:   # part of a statement spread over lines
+        return None
+    if len(tree.body) != 1 or not isinstance(tree.body[0], ast.Assign) or len(tree.body[0].targets) != 1 \
+            or not isinstance(tree.body[0].targets[0], ast.Name):
+        return None
+    value = tree.body[0].value
+    reads = isinstance(value, ast.Call) and (
+        (isinstance(value.func, ast.Attribute) and value.func.attr == "item" and not value.args)
+        or (isinstance(value.func, ast.Name) and value.func.id in ("int", "float", "bool") and len(value.args) == 1))
+    return tree.body[0].targets[0].id if reads else None
 
 
 def as_python(rel: sympy.Basic) -> str:
@@ -208,13 +240,17 @@ def undecidable(rel: sympy.Basic, unbacked: Unbacked, location: SourceLocation |
     facts settle."""
     check = suggested_check(rel, unbacked)
     names = ", ".join(str(s) for s in unbacked.involved(rel))
+    named = user_names(rel, unbacked)
+    unnamed = [s for s in unbacked.involved(rel) if s not in named]
+    naming = "".join(f"; {s} is {unbacked.infos[s].origin}: assign it to a variable where it is made, and check "
+                     "that variable" for s in unnamed)
     return DataDependentError(
         f"the program asks whether {readable(rel, unbacked)}, which is data-dependent: {names} "
         f"{'is' if ',' not in names else 'are'} known only at run time and the facts known about "
         f"{'it' if ',' not in names else 'them'} do not settle the question",
         location=location or innermost_user_location(),
         fix=f"state what holds before this line, e.g. `{check}` (or its negation, whichever is true for "
-            "your data); graphport then checks it at run time. If the program really branches on the value, "
+            f"your data){naming}; graphport then checks it at run time. If the program really branches on the value, "
             "compute both sides and pick with torch.where, or use torch.cond")
 
 
