@@ -4,7 +4,8 @@
 // rectangle among its siblings, so module boxes nest but never overlap. Inside a block:
 // items get layers by longest path in data-flow order (an edge that would go back, between
 // two modules that call into each other, is left out of the layering); edges that span
-// layers get dummy points so they route between boxes; rows are ordered by barycenters
+// layers get dummy points so they route between boxes (an edge entering or leaving a block
+// gets a port on its top or bottom row, and dummies from there to its item); rows are ordered by barycenters
 // (a few sweeps down and up) and x positions are the closest to the neighbours' mean that
 // keep the row's order and gaps (an isotonic regression, solved by pooling adjacent
 // violators).
@@ -28,18 +29,30 @@ const graphportLayout = (function () {
       for (let k = key; k !== "root"; k = items.get(k).parent) path.push(k);
       return path.reverse();
     };
-    // each edge is lifted to the block where its two ends' branches meet
-    const blockEdges = new Map();   // block key -> Map "a|b" -> {a, b, dummies}
+    // each edge is lifted to the block where its two ends' branches meet; inside the blocks
+    // it leaves and enters, it runs from its item to a port on the block's bottom row, and
+    // from a port on the block's top row to its item
+    const routes = new Map();   // block key -> {lifted, entries, exits}: Maps of shared chains
+    const routesOf = b => {
+      if (!routes.has(b)) routes.set(b, { lifted: new Map(), entries: new Map(), exits: new Map() });
+      return routes.get(b);
+    };
+    const chain = (map, key, make) => { if (!map.has(key)) map.set(key, make()); return map.get(key); };
     for (const e of edges) {
       const pa = ancestry(e.from), pb = ancestry(e.to);
       let p = 0;
       while (pa[p] === pb[p]) p++;
-      e.block = p ? pa[p - 1] : "root";
-      e.a = pa[p]; e.b = pb[p];
-      if (!blockEdges.has(e.block)) blockEdges.set(e.block, new Map());
-      const m = blockEdges.get(e.block), k = e.a + "|" + e.b;
-      if (!m.has(k)) m.set(k, { a: e.a, b: e.b, dummies: [] });
-      e.lifted = m.get(k);
+      e.chains = [];
+      for (let j = pa.length - 2; j >= p; j--) {
+        const port = chain(routesOf(pa[j]).exits, e.from, () => ({ children: new Map() }));
+        e.chains.push(chain(port.children, pa[j + 1], () => ({ child: pa[j + 1], dummies: [] })));
+      }
+      const block = p ? pa[p - 1] : "root";
+      e.chains.push(chain(routesOf(block).lifted, pa[p] + "|" + pb[p], () => ({ a: pa[p], b: pb[p], dummies: [] })));
+      for (let j = p; j < pb.length - 1; j++) {
+        const port = chain(routesOf(pb[j]).entries, e.from, () => ({ children: new Map() }));
+        e.chains.push(chain(port.children, pb[j + 1], () => ({ child: pb[j + 1], dummies: [] })));
+      }
     }
     const root = { key: "root", block: true, w: 0, h: 0 };
     const order = [];   // blocks, children before parents
@@ -48,24 +61,29 @@ const graphportLayout = (function () {
       order.push(b);
     })(root);
     const rows = new Map();
-    for (const b of order) rows.set(b.key, layoutBlock(b, children.get(b.key), blockEdges.get(b.key) || new Map(), items));
+    for (const b of order) rows.set(b.key, layoutBlock(b, children.get(b.key), routesOf(b.key)));
     place(root, 0, 0, children, rows);
     for (const e of edges) {
       const from = items.get(e.from), to = items.get(e.to);
       const points = [[from.ax, from.ay + from.h]];
-      for (const d of e.lifted.dummies) points.push([d.ax, d.ay], [d.ax, d.ay + d.rowH]);
+      for (const c of e.chains) {
+        for (const d of c.dummies) {
+          if (d.port !== "exit") points.push([d.ax, d.ay]);
+          if (d.port !== "entry") points.push([d.ax, d.ay + d.rowH]);
+        }
+      }
       points.push([to.ax, to.ay]);
       e.points = points;
     }
     return { root, edges };
   }
 
-  function layoutBlock(block, members, lifted, items) {
+  function layoutBlock(block, members, routes) {
     const byKey = new Map(members.map(m => [m.key, m]));
     members.sort((a, b) => a.first - b.first);
     for (const m of members) { m.preds = []; m.succs = []; m.layer = 0; }
     const forward = [];
-    for (const e of lifted.values()) {
+    for (const e of routes.lifted.values()) {
       const a = byKey.get(e.a), b = byKey.get(e.b);
       if (a.first < b.first) forward.push([a, b, e]);
     }
@@ -79,17 +97,47 @@ const graphportLayout = (function () {
     const layers = [];
     const put = it => (layers[it.layer] = layers[it.layer] || []).push(it);
     members.forEach(put);
-    for (const [a, b, e] of forward) {   // a chain of dummies through the rows between a and b
-      let prev = a;
-      for (let l = a.layer + 1; l < b.layer; l++) {
-        const d = { dummy: true, w: 0, h: 0, layer: l, up: [prev], down: [] };
-        prev.down.push(d);
-        put(d);
-        e.dummies.push(d);
-        prev = d;
+    const dummy = (layer, port) => { const d = { dummy: true, port, w: 0, h: 0, layer, up: [], down: [] }; put(d); return d; };
+    const link = (a, b) => { a.down.push(b); b.up.push(a); };
+    // Edges from one source share a trunk of dummies down to their furthest target, and
+    // leave it at their target's row: one line with branches, not one line per edge.
+    const trunk = (start, firstLayer) => {
+      const dummies = [];
+      return (layer) => {   // the dummies from firstLayer down to layer - 1
+        while (firstLayer + dummies.length < layer) {
+          const d = dummy(firstLayer + dummies.length);
+          link(dummies.length ? dummies[dummies.length - 1] : start, d);
+          dummies.push(d);
+        }
+        return dummies.slice(0, Math.max(0, layer - firstLayer));
+      };
+    };
+    const bySource = new Map();
+    for (const [a, b, e] of forward) {
+      if (!bySource.has(a)) bySource.set(a, trunk(a, a.layer + 1));
+      e.dummies.push(...bySource.get(a)(b.layer));
+      link(e.dummies.length ? e.dummies[e.dummies.length - 1] : a, b);
+    }
+    const last = Math.max(0, layers.length - 1);
+    // an item in the top row is entered straight from above, one in the bottom row left straight below
+    for (const port of routes.entries.values()) {   // from the top row down to the item
+      const inner = [...port.children.values()].filter(c => byKey.get(c.child).layer > 0);
+      if (!inner.length) continue;
+      const top = dummy(0, "entry"), down = trunk(top, 1);
+      for (const c of inner) {
+        const child = byKey.get(c.child);
+        c.dummies.push(top, ...down(child.layer));
+        link(c.dummies[c.dummies.length - 1], child);
       }
-      prev.down.push(b);
-      b.up.push(prev);
+    }
+    for (const port of routes.exits.values()) {     // from the item down to the bottom row
+      for (const c of port.children.values()) {
+        const child = byKey.get(c.child);
+        if (child.layer === last) continue;
+        const bottom = dummy(last, "exit");
+        c.dummies.push(...trunk(child, child.layer + 1)(last), bottom);
+        link(c.dummies.length > 1 ? c.dummies[c.dummies.length - 2] : child, bottom);
+      }
     }
     for (let l = 0; l < layers.length; l++) layers[l] = layers[l] || [];
     layers.forEach(row => row.forEach((it, k) => { it.pos = k; }));

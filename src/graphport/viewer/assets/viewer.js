@@ -671,6 +671,6 @@
   window.addEventListener("resize", scheduleDraw);
 
   show("main");
-  window.graphportViewer = { show, select, reveal, search, fit, zoom, showPath, exportSVG, exportPNG, view,
+  window.graphportViewer = { show, select, reveal, toggle, search, fit, zoom, showPath, exportSVG, exportPNG, view,
                              get layout() { return layout; }, get graph() { return current; } };
 })();
