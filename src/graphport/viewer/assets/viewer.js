@@ -62,7 +62,7 @@
 
   // Open modules level by level, a whole level at a time, while at most BUDGET boxes show.
   function defaultCollapse(g) {
-    g.groups.forEach(k => g.collapsed.add(k));
+    g.boxed.forEach(chain => chain.forEach(k => g.collapsed.add(k)));   // a module boxed later starts open
     for (;;) {
       const frontier = new Set();
       g.nodes.forEach((n, i) => {
