@@ -105,7 +105,7 @@
         if (!items.has(key)) {
           const gr = DATA.groups[chain[d]];
           const title = boxTitle(chain[d], d ? chain[d - 1] : -1);
-          items.set(key, { key, parent, block: true, group: chain[d], depth: d, first: Infinity, title,
+          items.set(key, { key, parent, block: true, group: chain[d], depth: d, title,
                            minW: title.length * 6.6 + 30 + 2 * graphportLayout.PAD });
         }
         parent = key;
@@ -123,8 +123,16 @@
                          group: key[0] === "g" ? +key.slice(1) : -1, depth, weight: !!n.w });
       }
       items.get(key).count++;
-      for (let p = parent; p !== "root"; p = items.get(p).parent) items.get(p).first = Math.min(items.get(p).first, i);
+      // a block's place in data-flow order is its first computation: weights are placeholders,
+      // numbered before everything, so they count only for a block that holds nothing else
+      const order = n.w ? i - g.nodes.length : i;
+      for (let p = parent; p !== "root"; p = items.get(p).parent) {
+        const b = items.get(p);
+        b.order = b.order === undefined || (b.order < 0 && order >= 0) ? order : order < 0 && b.order >= 0 ? b.order
+                  : Math.min(b.order, order);
+      }
     });
+    for (const b of items.values()) if (b.block) b.first = b.order < 0 ? b.order + g.nodes.length : b.order;
     const seen = new Set(), edges = [];
     g.nodes.forEach((n, i) => {
       if (rep[i] === null) return;
