@@ -100,6 +100,9 @@ class Browser:
     # -- page ----------------------------------------------------------------------------------
 
     def open(self, url: str) -> None:
+        if self.session:   # one session at a time, or every page's events arrive once per session
+            self.send("Target.detachFromTarget", {"sessionId": self.session}, session=False)
+            self.session = None
         targets = self.send("Target.getTargets", session=False)["targetInfos"]
         page = next(t for t in targets if t["type"] == "page")
         self.session = self.send("Target.attachToTarget", {"targetId": page["targetId"], "flatten": True},

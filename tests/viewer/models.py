@@ -11,7 +11,7 @@ def bert_program(layers: int = 12, hidden: int = 64, heads: int = 4):
     model = tf.BertModel(tf.BertConfig(vocab_size=1000, num_hidden_layers=layers, hidden_size=hidden,
                                        num_attention_heads=heads, intermediate_size=4 * hidden)).eval()
     ids = torch.randint(0, 1000, (2, 16))
-    batch, seq = gp.Dim("batch", max=64), gp.Dim("seq", max=512)
+    batch, seq = gp.Dim("batch", min=1, max=64), gp.Dim("seq", min=1, max=512)
     return gp.export(model, (ids,), dynamic_shapes={"input_ids": {0: batch, 1: seq}})
 
 

@@ -7,7 +7,7 @@ import torch
 
 import graphport as gp
 from graphport.viewer import page, render_html, write_html
-from graphport.viewer.data import STATS_MAX_ELEMENTS, program_data
+from graphport.viewer.data import STATS_SAMPLE, program_data
 from tests.cli.entry import inputs, make_model
 from tests.viewer.page import click_selector, details, open_page, settle, shown_names, text_of, type_search
 
@@ -64,11 +64,15 @@ def test_weights_are_marked_hidden_with_their_statistics():
                                            "mean": f"{weight.mean().item():.3g}", "std": f"{weight.std().item():.3g}"}
 
 
-def test_statistics_are_skipped_for_meta_empty_and_huge_tensors():
+def test_statistics_are_skipped_for_meta_and_empty_tensors_and_sampled_for_large_ones():
     from graphport.viewer.data import _statistics
     assert _statistics(torch.empty(3, 4, device="meta")) == {}
     assert _statistics(torch.empty(0, 4)) == {}
-    assert _statistics(torch.zeros(1, dtype=torch.uint8).expand(STATS_MAX_ELEMENTS + 1)) == {}
+    # 3 * STATS_SAMPLE + 1 values: every 4th is read; here those are the even ones 0, 8, 16, ...
+    big = torch.arange(3 * STATS_SAMPLE + 1, dtype=torch.float64).reshape(-1, 1) * 2
+    stats = _statistics(big)["st"]
+    assert stats["sampled"] == f"{(3 * STATS_SAMPLE) // 4 + 1} of {3 * STATS_SAMPLE + 1} values"
+    assert stats["min"] == "0" and stats["max"] == f"{(3 * STATS_SAMPLE) * 2:.3g}"
     assert _statistics(torch.tensor([3])) == {"st": {"min": "3", "max": "3", "mean": "3"}}
     assert _statistics(torch.tensor([True, False])) == {"st": {"min": "0", "max": "1", "mean": "0.5", "std": "0.707"}}
 

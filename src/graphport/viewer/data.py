@@ -27,9 +27,9 @@ from ..signature import InputKind
 
 _FRAME = re.compile(r'File "(?P<file>[^"]+)", line (?P<line>\d+), in (?P<func>\S+)\n\s*(?P<code>.*)')
 
-# statistics read every element: above this many a weight shows its shape and dtype only,
-# so a page for a large model is written in seconds
-STATS_MAX_ELEMENTS = 1 << 26
+# a weight's statistics read at most this many of its values (evenly spaced), so a page for a
+# large model is written in seconds; the page says when they are sampled
+STATS_SAMPLE = 1 << 20
 
 
 class _Tables:
@@ -167,18 +167,23 @@ def _literal(v, readable: dict) -> str:
 
 
 def _statistics(t: torch.Tensor) -> dict[str, Any]:
-    """min/max/mean/std of a weight's values as text (3 significant digits), read once when
-    the page is written; none for tensors without data (meta), empty or too large ones."""
-    if not isinstance(t, torch.Tensor) or t.is_meta or t.numel() == 0 or t.numel() > STATS_MAX_ELEMENTS \
-            or t.is_complex() or getattr(t, "is_sparse", False):
+    """min/max/mean/std of a weight's values as text (3 significant digits), read once when the
+    page is written; over an evenly spaced sample of STATS_SAMPLE values for larger tensors
+    (`sampled` says how many of how many); none for tensors without data (meta) or values."""
+    if not isinstance(t, torch.Tensor) or t.is_meta or t.numel() == 0 or t.is_complex() or t.layout != torch.strided:
         return {}
     with torch.no_grad():
-        values = t.detach().to(torch.float64 if t.dtype is torch.float64 else torch.float32).flatten()
+        values = t.detach().reshape(-1)
+        stride = -(-values.numel() // STATS_SAMPLE)
+        values = values[::stride].to(torch.float64 if t.dtype is torch.float64 else torch.float32)
         lo, hi = torch.aminmax(values)
         stats = {"min": lo.item(), "max": hi.item(), "mean": values.mean().item()}
         if values.numel() > 1:
             stats["std"] = values.std().item()
-    return {"st": {k: f"{v:.3g}" for k, v in stats.items()}}
+    out: dict[str, Any] = {"st": {k: f"{v:.3g}" for k, v in stats.items()}}
+    if stride > 1:
+        out["st"]["sampled"] = f"{values.numel()} of {t.numel()} values"
+    return out
 
 
 def _shape(n: fx.Node, readable: dict) -> str:

@@ -60,7 +60,8 @@
     return !g.nodes[i].w || g.shownWeights.has(i);
   }
 
-  // Open modules level by level, a whole level at a time, while at most BUDGET boxes show.
+  // Open modules level by level, a whole level at a time, while at most BUDGET boxes show
+  // (a model that would open as a handful of boxes opens one level further).
   function defaultCollapse(g) {
     g.boxed.forEach(chain => chain.forEach(k => g.collapsed.add(k)));   // a module boxed later starts open
     for (;;) {
@@ -73,7 +74,8 @@
       if (!frontier.size) return;
       const before = countItems(g);
       frontier.forEach(k => g.collapsed.delete(k));
-      if (countItems(g) > BUDGET && before > 0) {
+      const after = countItems(g);   // a handful of boxes is too few: open those even past the budget
+      if (after > BUDGET && before > 0 && !(before < 12 && after <= 4 * BUDGET)) {
         frontier.forEach(k => g.collapsed.add(k));
         return;
       }
@@ -433,7 +435,7 @@
     row("module", current.chains[i].map(g => titleOf(DATA.groups[g])).join(" \u203a ") || "\u2014", "module");
     if (n.st) {
       section("values");
-      for (const k of ["min", "max", "mean", "std"]) if (n.st[k] !== undefined) row(k, n.st[k], "stat", k);
+      for (const k of ["min", "max", "mean", "std", "sampled"]) if (n.st[k] !== undefined) row(k, n.st[k], "stat", k);
     }
     if (n.a && n.a.length) {
       section("arguments");
