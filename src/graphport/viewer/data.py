@@ -29,7 +29,7 @@ _FRAME = re.compile(r'File "(?P<file>[^"]+)", line (?P<line>\d+), in (?P<func>\S
 
 # a weight's statistics read at most this many of its values (evenly spaced), so a page for a
 # large model is written in seconds; the page says when they are sampled
-STATS_SAMPLE = 1 << 20
+STATS_SAMPLE = 1 << 16
 
 
 class _Tables:
