@@ -3,7 +3,8 @@
 // Each expanded module is a block laid out on its own, bottom-up, and then placed as one
 // rectangle among its siblings, so module boxes nest but never overlap. Inside a block:
 // items get layers by longest path in data-flow order (an edge that would go back, between
-// two modules that call into each other, is left out of the layering); edges that span
+// two modules that call into each other, is left out of the layering), then move down to
+// just above their first user; edges that span
 // layers get dummy points so they route between boxes (an edge entering or leaving a block
 // gets a port on its top or bottom row, and dummies from there to its item); rows are ordered by barycenters
 // (a few sweeps down and up) and x positions are the closest to the neighbours' mean that
@@ -89,9 +90,11 @@ const graphportLayout = (function () {
     }
     for (const [a, b] of forward) { a.succs.push(b); b.preds.push(a); }
     for (const m of members) for (const p of m.preds) m.layer = Math.max(m.layer, p.layer + 1);
-    // a weight (an item with no inputs) sits in the row just above its first user
-    for (const m of members) {
-      if (!m.preds.length && m.succs.length && m.weight) m.layer = Math.max(0, Math.min(...m.succs.map(s => s.layer)) - 1);
+    // then everything but the program's inputs moves down to the row just above its first user
+    // (a weight next to its user, a mask computed where it is used, not in the top row)
+    for (let k = members.length - 1; k >= 0; k--) {
+      const m = members[k];
+      if (m.succs.length && !m.input) m.layer = Math.max(m.layer, Math.min(...m.succs.map(s => s.layer)) - 1);
     }
     for (const m of members) { m.up = []; m.down = []; }
     const layers = [];

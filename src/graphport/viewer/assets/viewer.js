@@ -122,7 +122,8 @@
       const parent = ensureBlock(chain, depth);
       if (!items.has(key)) {
         items.set(key, { key, parent, w: W, h: H, first: i, count: 0, node: key[0] === "n" ? i : -1,
-                         group: key[0] === "g" ? +key.slice(1) : -1, depth, weight: !!n.w });
+                         group: key[0] === "g" ? +key.slice(1) : -1, depth,
+                         input: n.k === "placeholder" && !n.w });
       }
       items.get(key).count++;
       // a block's place in data-flow order is its first computation: weights are placeholders,
