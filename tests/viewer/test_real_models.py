@@ -179,3 +179,41 @@ def test_a_torch_export_pt2_gets_the_same_page(browser, tmp_path):
     gp.save(ep, tmp_path / "model.gport")
     assert program_data(gp.load(tmp_path / "model.gport")) == data
     assert browser.errors() == []
+
+
+@pytest.mark.slow
+def test_bert_base_weights_have_statistics_sampled_when_large(browser, tmp_path):
+    ep = bert_program(hidden=768, heads=12)
+    nodes = {n["n"]: n for n in program_data(ep)["graphs"]["main"]}
+    weight = ep.state_dict["encoder.layer.0.intermediate.dense.weight"]     # 3072 x 768
+    stats = nodes["p_encoder_layer_0_intermediate_dense_weight"]["st"]
+    assert stats["sampled"].endswith(f"of {weight.numel()} values")
+    assert abs(float(stats["mean"]) - weight.mean().item()) < 3 * weight.std().item() / 100
+    path = tmp_path / "bert-base.html"
+    write_html(ep, path)
+    open_page(browser, path)
+    type_search(browser, "p_encoder_layer_0_intermediate_dense_weight")
+    click_selector(browser, "#results a")
+    shown = details(browser)
+    assert shown["output"] == "float32[3072, 768]" and shown["sampled"] == stats["sampled"]
+    assert browser.errors() == []
+
+
+@pytest.mark.slow
+def test_a_7b_llama_program_on_the_meta_device(browser, tmp_path):
+    import transformers as tf
+    with torch.device("meta"):
+        model = tf.LlamaForCausalLM(tf.LlamaConfig()).eval()
+    ep = gp.export(model, (torch.randint(0, 1000, (1, 64), device="meta"),), {"use_cache": False})
+    path = tmp_path / "llama.html"
+    write_html(ep, path)
+    open_page(browser, path)
+    assert browser.errors() == []
+    # the 32 decoder layers, folded, in one column; readable and top to bottom
+    assert browser.evaluate("graphportViewer.layout.leaves.filter(it => it.group >= 0).length") >= 32
+    check_readable(browser)
+    type_search(browser, "p_model_layers_0_self_attn_q_proj_weight")
+    click_selector(browser, "#results a")
+    shown = details(browser)
+    assert shown["output"] == "float32[4096, 4096]" and "min" not in shown    # no values on meta
+    assert browser.errors() == []
