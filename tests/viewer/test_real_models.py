@@ -61,6 +61,10 @@ def test_bert_opens_readable_collapsed_and_expands_in_place(browser, bert_page, 
     assert abs(before[1] - after[1]) < 2
     geo = geometry(browser)
     assert overlaps(geo) == []
+    # a box's title folds it again
+    expanded = browser.evaluate("graphportViewer.layout.leaves.length")
+    click_selector(browser, "#groups .group:last-child text")
+    assert browser.evaluate("graphportViewer.layout.leaves.length") < expanded
     # everything expanded, with every weight drawn: still no overlaps, still top to bottom
     click_selector(browser, "#expand-all")
     click_selector(browser, "#weights")

@@ -228,10 +228,11 @@
       el("path", { d: edgePath(e.points), class: cls, "data-from": e.from, "data-to": e.to }, layers.edges);
     }
     let shown = 0;
+    const folded = new Set([...matches].map(i => layout.rep[i]));   // folded modules holding a match
     for (const it of layout.leaves) {
       if (!inView(it.ax - W / 2, it.ay, it.ax + W / 2, it.ay + H)) continue;
       shown++;
-      drawItem(it, detail);
+      drawItem(it, detail, folded);
     }
     document.getElementById("stats").textContent =
       `${current.nodes.length} nodes \u00b7 ${layout.leaves.length} boxes \u00b7 ${shown} drawn`;
@@ -239,7 +240,7 @@
     document.body.dataset.ready = "1";   // drawn at least once
   }
 
-  function drawItem(it, detail) {
+  function drawItem(it, detail, folded) {
     const x = it.ax - W / 2, y = it.ay;
     const onPath = path.items.has(it.key) ? " on-path" : "";
     if (it.node >= 0) {
@@ -262,8 +263,7 @@
       text(grp, x + 8, y + 42, "src", [module, src].filter(s => s).join(" \u00b7 "), 36);
     } else {
       const gr = DATA.groups[it.group];
-      const hasMatch = [...matches].some(i => layout.rep[i] === it.key);
-      const grp = el("g", { class: "node kind-group" + (hasMatch ? " match" : "") + onPath, "data-collapsed": it.group },
+      const grp = el("g", { class: "node kind-group" + (folded.has(it.key) ? " match" : "") + onPath, "data-collapsed": it.group },
                      layers.nodes);
       el("rect", { x, y, width: W, height: H }, grp);
       if (!detail) return;
