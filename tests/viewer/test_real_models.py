@@ -137,7 +137,14 @@ def test_cnn_is_readable_and_conv_shows_stride_and_padding(browser, cnn_page):
     assert shown["stride"] == "[2, 2]" and shown["padding"] == "[3, 3]" and shown["dilation"] == "[1, 1]"
     assert shown["output"] == "float32[batch, 16, 32, 32]"
     assert shown["module"].endswith("embedder.embedder.convolution (Conv2d)")
-    # zoom changes the view; fit brings the whole graph back into the window
+    # dragging pans the view (and is not a click); zoom changes the scale; fit brings the whole
+    # graph back into the window
+    x, y, selected = browser.evaluate("[graphportViewer.view.x, graphportViewer.view.y, "
+                                      "document.querySelector('#details h3').textContent]")
+    browser.drag(300, 400, 420, 340)
+    settle(browser)
+    assert browser.evaluate("[graphportViewer.view.x, graphportViewer.view.y]") == [x + 120, y - 60]
+    assert text_of(browser, "#details h3") == selected
     k = browser.evaluate("graphportViewer.view.k")
     click_selector(browser, "#zoom-in")
     assert browser.evaluate("graphportViewer.view.k") > k
