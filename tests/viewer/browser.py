@@ -100,6 +100,9 @@ class Browser:
     # -- page ----------------------------------------------------------------------------------
 
     def open(self, url: str) -> None:
+        if self.session:   # one session at a time, or every page's events arrive once per session
+            self.send("Target.detachFromTarget", {"sessionId": self.session}, session=False)
+            self.session = None
         targets = self.send("Target.getTargets", session=False)["targetInfos"]
         page = next(t for t in targets if t["type"] == "page")
         self.session = self.send("Target.attachToTarget", {"targetId": page["targetId"], "flatten": True},
@@ -122,6 +125,13 @@ class Browser:
     def click(self, x: float, y: float) -> None:
         for kind in ("mouseMoved", "mousePressed", "mouseReleased"):
             self.send("Input.dispatchMouseEvent", {"type": kind, "x": x, "y": y, "button": "left", "clickCount": 1})
+
+    def drag(self, x0: float, y0: float, x1: float, y1: float, steps: int = 5) -> None:
+        self.send("Input.dispatchMouseEvent", {"type": "mousePressed", "x": x0, "y": y0, "button": "left", "clickCount": 1})
+        for k in range(1, steps + 1):
+            self.send("Input.dispatchMouseEvent", {"type": "mouseMoved", "x": x0 + (x1 - x0) * k / steps,
+                                                   "y": y0 + (y1 - y0) * k / steps, "button": "left", "buttons": 1})
+        self.send("Input.dispatchMouseEvent", {"type": "mouseReleased", "x": x1, "y": y1, "button": "left", "clickCount": 1})
 
     def screenshot(self, path: str) -> None:
         data = self.send("Page.captureScreenshot", {"format": "png"})["data"]

@@ -13,6 +13,10 @@ from ..program import ExportedProgram
 from .data import program_data
 
 
+# the page's scripts, in order: the layout, then the viewer that uses it
+SCRIPTS = ("layout.js", "viewer.js")
+
+
 def render_html(ep: ExportedProgram, title: str = "graphport program") -> str:
     """The page for `ep`, as a string."""
     return page(program_data(ep), title)
@@ -26,7 +30,7 @@ def page(data: dict, title: str) -> str:
     # the data sits inside a <script> element: "</" must not close it
     encoded = encoded.replace("</", "<\\/")
     return (template.replace("/*STYLE*/", (assets / "viewer.css").read_text(encoding="utf-8"))
-            .replace("/*SCRIPT*/", (assets / "viewer.js").read_text(encoding="utf-8"))
+            .replace("/*SCRIPT*/", "\n".join((assets / name).read_text(encoding="utf-8") for name in SCRIPTS))
             .replace("{{TITLE}}", _escape(title))
             .replace("{{DATA}}", encoded))
 
