@@ -85,15 +85,23 @@ def save_load(ep, case, dynamic) -> str:
     return "ok"
 
 
+MODEL_EXPLORER_SETTINGS = {"const_element_count_limit": 16}   # what the Model Explorer app passes
+
+
 def model_explorer(ep, case, dynamic) -> str:
-    from model_explorer.builtin_pytorch_exportedprogram_adapter import BuiltinPytorchExportedProgramAdapter
     from model_explorer.pytorch_exported_program_adapter_impl import PytorchExportedProgramAdapterImpl
-    settings = {"const_element_count_limit": 16}   # what the Model Explorer app passes
-    graphs = PytorchExportedProgramAdapterImpl(ep, settings).convert()["graphs"]
+    graphs = PytorchExportedProgramAdapterImpl(ep, MODEL_EXPLORER_SETTINGS).convert()["graphs"]
+    assert len(graphs[0].nodes) == len(ep.graph.nodes)
+    return "ok"
+
+
+def model_explorer_file(ep, case, dynamic) -> str:
+    from model_explorer.builtin_pytorch_exportedprogram_adapter import BuiltinPytorchExportedProgramAdapter
     with tempfile.TemporaryDirectory() as tmp:
         torch.export.save(ep, Path(tmp) / "model.pt2")
-        from_file = BuiltinPytorchExportedProgramAdapter().convert(str(Path(tmp) / "model.pt2"), settings)["graphs"]
-    assert len(graphs[0].nodes) == len(ep.graph.nodes) == len(from_file[0].nodes)
+        graphs = BuiltinPytorchExportedProgramAdapter().convert(str(Path(tmp) / "model.pt2"),
+                                                                MODEL_EXPLORER_SETTINGS)["graphs"]
+    assert len(graphs[0].nodes) == len(ep.graph.nodes)
     return "ok"
 
 
@@ -168,7 +176,8 @@ def aoti(ep, case, dynamic) -> str:
     return "ok"
 
 
-CHEAP: dict[str, Callable] = {"save/load": save_load, "model-explorer": model_explorer, "torchao-x86": quantize_x86,
+CHEAP: dict[str, Callable] = {"save/load": save_load, "model-explorer": model_explorer,
+                              "model-explorer .pt2": model_explorer_file, "torchao-x86": quantize_x86,
                               "torchao-xnnpack": quantize_xnnpack, "openvino": openvino}
 HEAVY: dict[str, Callable] = {"executorch": executorch_xnnpack, "torch.compile": torch_compile, "aoti": aoti}
 
