@@ -1,9 +1,9 @@
 """graphport's functional spellings -> the operators torch.export 2.13's default export emits.
 
 torch.export's default program is its training IR (verifier dialect TRAINING): eval BatchNorm
-is one `batch_norm` node, `Tensor.flatten` stays `flatten.using_ints`. graphport's default
-level spells both functionally (`_native_batch_norm_legit_no_training` and a `getitem`; a
-`view` whose sizes are read with `sym_size`). The values are the same, but torch's consumers
+is one `batch_norm` node, `Tensor.flatten` stays `flatten.using_ints`, eval dropout stays
+`dropout`. graphport's default level spells them functionally (`_native_batch_norm_legit_no_training`
+and a `getitem`; a `view` whose sizes are read with `sym_size`; a `clone`). The values are the same, but torch's consumers
 match on the spelling: quantizers' patterns start at `batch_norm`, Model Explorer cannot show
 a tuple-valued node with symbolic sizes nor a SymInt-valued one. These rewrites run on the
 converted torch graph and leave every other node as it is.
@@ -39,8 +39,25 @@ def to_training_ir(graph: fx.Graph) -> None:
             continue
         if node.target is aten._native_batch_norm_legit_no_training.default:
             _batch_norm(graph, node)
-        elif node.target is aten.view.default and (node.meta.get("torch_fn") or ("", ""))[1] in _FLATTEN_FUNCTIONS:
+        elif node.target is aten.view.default and _torch_function(node) in _FLATTEN_FUNCTIONS:
             _flatten(graph, node)
+        elif node.target is aten.clone.default and _torch_function(node) == "function.dropout" and not node.kwargs:
+            _eval_dropout(graph, node)
+
+
+def _torch_function(node: fx.Node) -> str:
+    return (node.meta.get("torch_fn") or ("", ""))[1]
+
+
+def _eval_dropout(graph: fx.Graph, node: fx.Node) -> None:
+    """Dropout outside training is the identity, which graphport records as a `clone` (a fresh
+    value, as torch's functional graph has it); torch.export keeps `dropout(x, p, False)`.
+    graphport does not record `p`, which does not change the result when not training."""
+    with graph.inserting_before(node):
+        new = graph.call_function(aten.dropout.default, (node.args[0], 0.0, False))
+    new.meta = dict(node.meta)
+    node.replace_all_uses_with(new)
+    graph.erase_node(node)
 
 
 def _batch_norm(graph: fx.Graph, node: fx.Node) -> None:
