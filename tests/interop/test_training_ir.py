@@ -5,6 +5,7 @@ computes what eager does at every size inside its ranges, sizes 0 and 1 included
 from __future__ import annotations
 
 import collections
+import io
 
 import pytest
 import torch
@@ -102,3 +103,22 @@ def test_unknown_dialect_is_refused():
     ep = gp.export(nn.Linear(2, 2), (torch.randn(1, 2),))
     with pytest.raises(ValueError, match="TRAINING"):
         to_torch(ep, dialect="EDGE")
+
+
+@pytest.mark.parametrize("model,shape", [
+    (nn.Sequential(nn.Linear(3, 3), nn.Dropout(0.3)), (2, 3)),
+    (nn.BatchNorm1d(3), (2, 3)),
+    (nn.Flatten(), (2, 3, 2)),
+], ids=["dropout", "batch_norm", "flatten"])
+def test_a_respelled_node_that_is_the_output_keeps_the_name_the_signature_gives(model, shape):
+    model = model.eval()
+    tep = to_torch(gp.export(model, (torch.randn(shape),), dynamic_shapes=({0: gp.Dim("b", min=0)},)))
+    assert "aten.clone.default" not in _ops(tep) and "aten.view.default" not in _ops(tep)
+    buffer = io.BytesIO()
+    torch.export.save(tep, buffer)
+    buffer.seek(0)
+    programs = [tep.module(), torch.export.load(buffer).module(), from_torch(tep).module()]
+    for b in (0, 1, 5):
+        x = torch.randn(b, *shape[1:])
+        for module in programs:
+            torch.testing.assert_close(module(x), model(x))

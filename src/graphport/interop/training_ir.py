@@ -55,9 +55,7 @@ def _eval_dropout(graph: fx.Graph, node: fx.Node) -> None:
     graphport does not record `p`, which does not change the result when not training."""
     with graph.inserting_before(node):
         new = graph.call_function(aten.dropout.default, (node.args[0], 0.0, False))
-    new.meta = dict(node.meta)
-    node.replace_all_uses_with(new)
-    graph.erase_node(node)
+    _replace(graph, node, new, dict(node.meta))
 
 
 def _batch_norm(graph: fx.Graph, node: fx.Node) -> None:
@@ -72,11 +70,10 @@ def _batch_norm(graph: fx.Graph, node: fx.Node) -> None:
     with graph.inserting_before(out):
         new = graph.call_function(aten.batch_norm.default,
                                   (x, weight, bias, mean, var, False, momentum, eps, torch.backends.cudnn.enabled))
-    new.meta = {**node.meta, "val": out.meta["val"]}
+    meta = {**node.meta, "val": out.meta["val"]}
     if "tensor_meta" in out.meta:
-        new.meta["tensor_meta"] = out.meta["tensor_meta"]
-    out.replace_all_uses_with(new)
-    graph.erase_node(out)
+        meta["tensor_meta"] = out.meta["tensor_meta"]
+    _replace(graph, out, new, meta)
     graph.erase_node(node)
 
 
@@ -99,11 +96,20 @@ def _flatten(graph: fx.Graph, node: fx.Node) -> None:
         return
     with graph.inserting_before(node):
         new = graph.call_function(aten.flatten.using_ints, (source, start, end))
-    new.meta = dict(node.meta)
-    node.replace_all_uses_with(new)
-    graph.erase_node(node)
+    _replace(graph, node, new, dict(node.meta))
     _erase_unused_size_arithmetic(graph, [s for s in sizes if isinstance(s, fx.Node)] if isinstance(sizes, (list, tuple))
                                   else [])
+
+
+def _replace(graph: fx.Graph, old: fx.Node, new: fx.Node, meta: dict) -> None:
+    """`new` takes `old`'s place; a program output keeps its name, which the graph signature
+    refers to."""
+    new.meta = meta
+    name, is_output = old.name, any(user.op == "output" for user in old.users)
+    old.replace_all_uses_with(new)
+    graph.erase_node(old)
+    if is_output:
+        new.name = name   # as to_torch names placeholders: the graph's namespace never frees a name
 
 
 def _same(a, b) -> bool:
