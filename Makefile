@@ -7,7 +7,7 @@ $(STAMP): pyproject.toml
 	python3 -m venv .venv
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q torch==2.13.0
-	$(PY) -m pip install -q -e '.[test,zoo,interop]'
+	$(PY) -m pip install -q -e '.[test,zoo,interop,backends]'
 	touch $(STAMP)
 
 .PHONY: install demo test test-all bench

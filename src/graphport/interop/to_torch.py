@@ -24,6 +24,7 @@ from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.fx.experimental.symbolic_shapes import CallMethodKey, ShapeEnv, ValueRangesSLoc, free_unbacked_symbols
 from torch.utils._pytree import SequenceKey, keystr, tree_flatten, tree_flatten_with_path, tree_unflatten
 from torch.utils._sympy.functions import FloorDiv, PythonMod
+from torch._export.verifier import TrainingIRVerifier, Verifier
 from torch._guards import GuardSource, ShapeGuard, Source
 
 from .. import signature as gsig
@@ -32,14 +33,23 @@ from ..program import ExportedProgram, ModuleCallEntry
 from ..shapes.contract import ComputedValue, InputDimension, ShapeContract, SymbolFact
 from ..shapes.expr import INF, ValueRange
 from .symbols import SymbolMap, range_to_torch, torch_symbol
+from .training_ir import drop_unserializable_meta, to_training_ir
 
 CONTRACT_META_KEY = "graphport_shape_contract"   # graph_module.meta: our contract, for from_torch
 KEYWORDS_META_KEY = "graphport_keywords_by_name"  # graph_module.meta: keyword arguments may come in any order
+_VERIFIERS = {"TRAINING": TrainingIRVerifier, "ATEN": Verifier}
 
 
-def to_torch(ep: ExportedProgram) -> texport.ExportedProgram:
+def to_torch(ep: ExportedProgram, dialect: str = "TRAINING") -> texport.ExportedProgram:
     """The same program as a torch.export.ExportedProgram, for torch's passes and backends
-    (run_decompositions, module(), unflatten, torch.onnx.export, AOTInductor, ...).
+    (run_decompositions, module(), unflatten, torch.export.save, torch.onnx.export,
+    AOTInductor, ExecuTorch, OpenVINO, torchao's quantizers, ...).
+
+    `dialect="TRAINING"` (the default) gives what torch.export 2.13's default export gives:
+    its training IR, with the operators it keeps there (`batch_norm`, `flatten`; see
+    training_ir.py), so consumers that match operator patterns see the same program as from
+    torch.export. `dialect="ATEN"` keeps graphport's functional operators as they are (the
+    verifier then checks the program is functional).
 
     Each dynamic dimension keeps its symbol and gets the range the program is valid for
     (graphport's range, raised to the smallest size the capture holds for). What torch's
@@ -54,7 +64,13 @@ def to_torch(ep: ExportedProgram) -> texport.ExportedProgram:
     if contract is not None:
         _declare_symbols(ep, contract, shape_env, symbols, paths)
     values = _Values(shape_env, fake_mode, symbols, _program_device(ep))
+    if dialect not in _VERIFIERS:
+        raise ValueError(f"dialect must be one of {sorted(_VERIFIERS)}, not {dialect!r}")
     root, graph = _convert_graph(ep.graph_module, values, _root_module_entry(ep.graph_module))
+    for g in [graph] + [m.graph for m in root.modules() if isinstance(m, fx.GraphModule)]:
+        drop_unserializable_meta(g)
+        if dialect == "TRAINING":
+            to_training_ir(g)
     if contract is not None:
         _bind_computed_symbols(graph, root, contract, symbols)
         _add_input_guards(shape_env, contract, symbols, paths)
@@ -62,7 +78,7 @@ def to_torch(ep: ExportedProgram) -> texport.ExportedProgram:
         root=root, graph=graph, graph_signature=_signature(ep.graph_signature),
         state_dict=dict(ep.state_dict), range_constraints=_range_constraints(ep, contract, symbols),
         module_call_graph=[_call_entry(e) for e in ep.module_call_graph],
-        example_inputs=ep.example_inputs, constants=dict(ep.constants))
+        example_inputs=ep.example_inputs, constants=dict(ep.constants), verifiers=[_VERIFIERS[dialect]])
     if contract is not None:
         tep.graph_module.meta[CONTRACT_META_KEY] = contract.to_json()
     if ep.call_spec.keywords_by_name:
