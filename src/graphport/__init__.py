@@ -34,7 +34,7 @@ from .control_flow import cond, map, scan, while_loop
 from .check import CheckReport, check
 from .serde import load, save
 from .unflatten import unflatten
-from .ops.decompositions import default_decompositions
+from .ops.decompositions import CustomDecompTable, default_decompositions
 
 __all__ = [
     "export", "draft_export", "DraftExportReport", "Dim", "dims", "ShapesCollection", "AdditionalInputs", "refine_dynamic_shapes_from_suggested_fixes", "ExportedProgram", "ExportGraphSignature", "InputKind", "InputSpec", "OutputKind",
@@ -46,5 +46,5 @@ __all__ = [
     "check", "CheckReport", "CommandLineError",
     "save", "load", "ArtifactError",
     "unflatten", "CallSignatureError", "RuntimeCheckError",
-    "default_decompositions",
+    "default_decompositions", "CustomDecompTable",
 ]

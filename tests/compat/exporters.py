@@ -16,7 +16,8 @@ EXPORTERS = {
         AdditionalInputs=gp.AdditionalInputs, refine=gp.refine_dynamic_shapes_from_suggested_fixes,
         unflatten=gp.unflatten, save=gp.save, load=gp.load, cond=gp.cond,
         default_decompositions=gp.default_decompositions, register_dataclass=gp.register_dataclass,
-        move_to_device_pass=graphport.passes.move_to_device_pass, suffix=".gport"),
+        move_to_device_pass=graphport.passes.move_to_device_pass, CustomDecompTable=gp.CustomDecompTable,
+        suffix=".gport"),
     "torch": types.SimpleNamespace(
         export=torch.export.export, Dim=torch.export.Dim, draft_export=torch.export.draft_export,
         ShapesCollection=torch.export.ShapesCollection, AdditionalInputs=torch.export.AdditionalInputs,
@@ -24,5 +25,6 @@ EXPORTERS = {
         unflatten=torch.export.unflatten, save=torch.export.save, load=torch.export.load, cond=torch.cond,
         default_decompositions=torch.export.default_decompositions,
         register_dataclass=torch.export.register_dataclass,
-        move_to_device_pass=torch.export.passes.move_to_device_pass, suffix=".pt2"),
+        move_to_device_pass=torch.export.passes.move_to_device_pass,
+        CustomDecompTable=torch.export.CustomDecompTable, suffix=".pt2"),
 }

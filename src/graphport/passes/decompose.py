@@ -29,7 +29,7 @@ from ..signature import (ConstantArgument, ExportGraphSignature, InputKind, Inpu
 from .._gc import cycle_collection_paused
 from .lowering_sizes import LoweredValidity, lowered_validity
 from .metadata import finish_metadata
-from .verifier import verify
+from .verifier import CoreATenVerifier, Verifier
 
 pytree = _torch.pytree
 _SYMBOLIC_ARGUMENTS = {torch.SymInt: SymIntArgument, torch.SymFloat: SymFloatArgument, torch.SymBool: SymBoolArgument}
@@ -73,8 +73,9 @@ def run_decompositions(ep: ExportedProgram, decomp_table: dict[Any, Callable] | 
         replayed.graph_module, ExportGraphSignature(input_specs, output_specs), dict(ep.state_dict),
         dict(ep.range_constraints), [_renamed(e, replayed.renamed) for e in ep.module_call_graph],
         ep.example_inputs, {**ep.constants, **replayed.constant_values}, list(ep.input_paths),
-        dict(ep.input_aliases), *_narrowed(ep, env, proven.valid_from))
-    verify(lowered, dialect="core_aten" if decomp_table is None else "default")
+        dict(ep.input_aliases), *_narrowed(ep, env, proven.valid_from),
+        verifiers=[CoreATenVerifier if decomp_table is None else Verifier])
+    lowered.validate()
     finish_metadata(lowered.graph_module)
     return lowered
 

@@ -21,7 +21,6 @@ from .. import _torch
 from ..op_args import map_args
 from ..program import ExportedProgram
 from .metadata import RuntimeValue
-from .verifier import verify
 
 Location = torch.device | str | dict
 
@@ -51,8 +50,8 @@ def move_to_device_pass(ep: ExportedProgram, location: Location) -> ExportedProg
         {name: move_tensor(t) for name, t in ep.state_dict.items()}, dict(ep.range_constraints),
         list(ep.module_call_graph), example_inputs,
         {name: move_tensor(t) if isinstance(t, torch.Tensor) else t for name, t in ep.constants.items()},
-        list(ep.input_paths), dict(ep.input_aliases), ep.shape_contract, list(ep.shape_report))
-    verify(moved_program)
+        list(ep.input_paths), dict(ep.input_aliases), ep.shape_contract, list(ep.shape_report), ep.verifiers)
+    moved_program.validate()
     return moved_program
 
 
