@@ -52,7 +52,8 @@ def export(mod: torch.nn.Module | Callable, args: tuple, kwargs: dict | None = N
     if not isinstance(args, tuple):
         raise UnsupportedInputError(
             f"export expects args as a tuple of positional arguments, got a {type(args).__qualname__}",
-            fix="wrap a single input in a tuple: graphport.export(model, (x,))")
+            fix="wrap a single input in a tuple: graphport.export(model, (x,))",
+            torch_phrase=f"Expecting `args` to be a tuple of example positional inputs, got {type(args)}")
     kwargs = dict(kwargs or {})
     fn, root = _resolve(mod)
     if preserve_module_call_signature and root is None:
