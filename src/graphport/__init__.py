@@ -8,6 +8,7 @@ from .errors import (
     CallSignatureError,
     ConstantMutationError,
     ConstraintViolationError,
+    FlatArgsError,
     ControlFlowError,
     DataDependentError,
     GraphportError,
@@ -34,18 +35,18 @@ from .passes.verifier import verify
 from .control_flow import cond, map, scan, while_loop
 from .check import CheckReport, check
 from .serde import load, save
-from .unflatten import unflatten
+from .unflatten import FlatArgsAdapter, UnflattenedModule, unflatten
 from .ops.decompositions import CustomDecompTable, default_decompositions
 
 __all__ = [
     "export", "draft_export", "DraftExportReport", "Dim", "dims", "ShapesCollection", "AdditionalInputs", "refine_dynamic_shapes_from_suggested_fixes", "ExportedProgram", "ExportGraphSignature", "InputKind", "InputSpec", "OutputKind",
     "OutputSpec", "ModuleCallEntry", "ModuleCallSignature", "register_dataclass", "verify",
     "GraphportError", "UserError", "DataDependentError", "UnsupportedOperatorError",
-    "UnsupportedInputError", "InputMismatchError", "InputGuardError", "InputStructureError", "InvalidDimError", "OperatorError", "UnsupportedFeatureError",
+    "UnsupportedInputError", "InputMismatchError", "InputGuardError", "InputStructureError", "FlatArgsError", "InvalidDimError", "OperatorError", "UnsupportedFeatureError",
     "ConstraintViolationError", "ConstantMutationError", "InternalError",
     "ControlFlowError", "cond", "map", "while_loop", "scan",
     "check", "CheckReport", "CommandLineError",
     "save", "load", "ArtifactError",
-    "unflatten", "CallSignatureError", "RuntimeCheckError",
+    "unflatten", "FlatArgsAdapter", "UnflattenedModule", "CallSignatureError", "RuntimeCheckError",
     "default_decompositions", "CustomDecompTable",
 ]

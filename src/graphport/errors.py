@@ -102,6 +102,12 @@ class InputStructureError(InputMismatchError, ValueError):
     "Trying to flatten user inputs with exported input tree spec" is."""
 
 
+class FlatArgsError(InputStructureError, TypeError):
+    """An unflattened program was called with another input structure than the export's, and
+    no `FlatArgsAdapter` maps it to the exported one (or the adapter's answer does not fit).
+    Also a TypeError, as torch.export's unflattened module raises there."""
+
+
 class UnsupportedFeatureError(UserError):
     """A capability graphport does not have yet."""
 

@@ -103,7 +103,8 @@ def export(mod: torch.nn.Module | Callable, args: tuple, kwargs: dict | None = N
 
 def _submodule_entries(root: torch.nn.Module, boundaries: dict) -> list[ModuleCallEntry]:
     """One entry per submodule path (a module reachable by two paths gets both, the later one
-    naming the first as `alias_of`), with the recorded signature of each preserved one."""
+    naming the first as `alias_of`), with the recorded signature of each preserved one; then
+    one entry per later call of a preserved module (`path@1`, ...), as torch.export lists them."""
     first: dict[int, str] = {}
     entries = []
     for name, module in root.named_modules(remove_duplicate=False):
@@ -112,8 +113,12 @@ def _submodule_entries(root: torch.nn.Module, boundaries: dict) -> list[ModuleCa
             continue
         b = boundaries.get(name)
         signature = None if b is None else ModuleCallSignature(b.inputs, b.outputs, b.in_spec, b.out_spec,
-                                                                 b.forward_arg_names)
+                                                                 b.forward_arg_names, state_writes=b.state_writes)
         entries.append(ModuleCallEntry(name, signature, alias_of=first[id(module)] if first[id(module)] != name else None))
+    for key, b in boundaries.items():
+        if "@" in key:
+            entries.append(ModuleCallEntry(key, ModuleCallSignature(b.inputs, b.outputs, b.in_spec, b.out_spec,
+                                                                    b.forward_arg_names, state_writes=b.state_writes)))
     return entries
 
 

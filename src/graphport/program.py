@@ -24,6 +24,9 @@ class ModuleCallSignature:
     # every keyword argument binds a named parameter (none lands in **kwargs, whose order the
     # program could observe): callers may pass them in any order
     keywords_by_name: bool = False
+    # buffers a preserved call wrote: target -> the node of the value it left there, which a later
+    # call of the program reads as that buffer's state (a module called several times)
+    state_writes: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass

@@ -91,8 +91,10 @@ def _renamed(entry: ModuleCallEntry, renamed: dict[str, Any]) -> ModuleCallEntry
             return a
         now = renamed[a.name]
         return dataclasses.replace(a, name=now) if isinstance(now, str) else ConstantArgument(a.name, now)
+    writes = {target: renamed.get(name, name) for target, name in entry.signature.state_writes.items()}
     signature = dataclasses.replace(entry.signature, inputs=[arg(a) for a in entry.signature.inputs],
-                                    outputs=[arg(a) for a in entry.signature.outputs])
+                                    outputs=[arg(a) for a in entry.signature.outputs],
+                                    state_writes={t: n for t, n in writes.items() if isinstance(n, str)})
     return ModuleCallEntry(entry.fqn, signature, entry.alias_of)
 
 
