@@ -15,12 +15,16 @@ class GraphportError(Exception):
 
     `what`, `fix` and `location` are the parts; `msg` (== str(error)) is the whole message,
     as torch's exceptions have it, e.g. for refine_dynamic_shapes_from_suggested_fixes(e.msg, spec).
+    `torch_phrase` is what torch.export prints in the same situation (its canonical words, with
+    this program's names and numbers), rendered last, so that users who search for torch's
+    message and tests that match it find it in graphport's too.
     """
 
     def __init__(self, what: str, *, fix: str | None = None, location: SourceLocation | None = None,
-                 find_location: bool = True):
+                 find_location: bool = True, torch_phrase: str | None = None):
         self.what = what
         self.fix = fix
+        self.torch_phrase = torch_phrase
         self.location = location if location is not None or not find_location else innermost_user_location()
         self.msg = self._render()
         super().__init__(self.msg)
@@ -31,15 +35,20 @@ class GraphportError(Exception):
             parts.append(f"  at {self.location.describe()}")
         if self.fix:
             parts.append("  fix: " + self.fix.replace("\n", "\n       "))
+        if self.torch_phrase:
+            parts.append(f"{TORCH_WORDS} {self.torch_phrase}")
         return "\n".join(parts)
 
     def __reduce__(self):   # pickles with its parts, not re-located from wherever it is unpickled
-        return _rebuild, (type(self), self.what, self.fix, self.location), self.__dict__
+        return _rebuild, (type(self), self.what, self.fix, self.location, self.torch_phrase), self.__dict__
 
 
-def _rebuild(cls, what, fix, location):
+TORCH_WORDS = "In torch.export's words:"   # the line that starts torch's phrase in a message
+
+
+def _rebuild(cls, what, fix, location, torch_phrase=None):
     err = cls.__new__(cls)
-    GraphportError.__init__(err, what, fix=fix, location=location, find_location=False)
+    GraphportError.__init__(err, what, fix=fix, location=location, find_location=False, torch_phrase=torch_phrase)
     return err
 
 
@@ -93,8 +102,21 @@ class InputStructureError(InputMismatchError, ValueError):
     "Trying to flatten user inputs with exported input tree spec" is."""
 
 
+class FlatArgsError(InputStructureError, TypeError):
+    """An unflattened program was called with another input structure than the export's, and
+    no `FlatArgsAdapter` maps it to the exported one (or the adapter's answer does not fit).
+    Also a TypeError, as torch.export's unflattened module raises there."""
+
+
 class UnsupportedFeatureError(UserError):
     """A capability graphport does not have yet."""
+
+
+class ConstantMutationError(UnsupportedFeatureError):
+    """The program writes in place into a tensor constant: a tensor attribute that is not a
+    registered buffer, or a tensor no module holds. Its update would be lost by every program
+    made from the capture (lowered, saved, converted), so it is refused at export; torch.export
+    refuses it when the program is lowered ("Constant ... is mutated in the forward method")."""
 
 
 class ConstraintViolationError(UserError):

@@ -61,7 +61,8 @@ def export(mod: torch.nn.Module | Callable, args: tuple, kwargs: dict | None = N
     if not isinstance(args, tuple):
         raise UnsupportedInputError(
             f"export expects args as a tuple of positional arguments, got a {type(args).__qualname__}",
-            fix="wrap a single input in a tuple: graphport.export(model, (x,))")
+            fix="wrap a single input in a tuple: graphport.export(model, (x,))",
+            torch_phrase=f"Expecting `args` to be a tuple of example positional inputs, got {type(args)}")
     kwargs = dict(kwargs or {})
     fn, root = _resolve(mod)
     if preserve_module_call_signature and root is None:
@@ -131,7 +132,8 @@ def _stage(name: str, step: int):
 
 def _submodule_entries(root: torch.nn.Module, boundaries: dict) -> list[ModuleCallEntry]:
     """One entry per submodule path (a module reachable by two paths gets both, the later one
-    naming the first as `alias_of`), with the recorded signature of each preserved one."""
+    naming the first as `alias_of`), with the recorded signature of each preserved one; then
+    one entry per later call of a preserved module (`path@1`, ...), as torch.export lists them."""
     first: dict[int, str] = {}
     entries = []
     for name, module in root.named_modules(remove_duplicate=False):
@@ -140,8 +142,12 @@ def _submodule_entries(root: torch.nn.Module, boundaries: dict) -> list[ModuleCa
             continue
         b = boundaries.get(name)
         signature = None if b is None else ModuleCallSignature(b.inputs, b.outputs, b.in_spec, b.out_spec,
-                                                                 b.forward_arg_names)
+                                                                 b.forward_arg_names, state_writes=b.state_writes)
         entries.append(ModuleCallEntry(name, signature, alias_of=first[id(module)] if first[id(module)] != name else None))
+    for key, b in boundaries.items():
+        if "@" in key:
+            entries.append(ModuleCallEntry(key, ModuleCallSignature(b.inputs, b.outputs, b.in_spec, b.out_spec,
+                                                                    b.forward_arg_names, state_writes=b.state_writes)))
     return entries
 
 

@@ -9,6 +9,7 @@ import torch.fx as fx
 
 from .errors import InternalError
 from .values import plain_values
+from .passes.verifier import TrainingIRVerifier, Verifier
 from .shapes.contract import ShapeContract
 from .signature import ExportGraphSignature, InputKind
 
@@ -23,6 +24,9 @@ class ModuleCallSignature:
     # every keyword argument binds a named parameter (none lands in **kwargs, whose order the
     # program could observe): callers may pass them in any order
     keywords_by_name: bool = False
+    # buffers a preserved call wrote: target -> the node of the value it left there, which a later
+    # call of the program reads as that buffer's state (a module called several times)
+    state_writes: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass
@@ -55,7 +59,7 @@ class ExportedProgram:
                  module_call_graph: list[ModuleCallEntry], example_inputs: tuple[tuple, dict] | None = None,
                  constants: dict[str, torch.Tensor] | None = None, input_paths: list[str] | None = None,
                  input_aliases: dict[int, int] | None = None, shape_contract: ShapeContract | None = None,
-                 shape_report: list[str] | None = None):
+                 shape_report: list[str] | None = None, verifiers: list[type[Verifier]] | None = None):
         self.graph_module = graph_module
         self.graph_signature = graph_signature
         self.state_dict = state_dict
@@ -67,6 +71,7 @@ class ExportedProgram:
         self.input_aliases = input_aliases or {}
         self.shape_contract = shape_contract
         self.shape_report = shape_report or []
+        self._verifiers = list(verifiers or [TrainingIRVerifier])
         self._validate()
 
     def _validate(self) -> None:
@@ -82,6 +87,32 @@ class ExportedProgram:
                 raise InternalError(f"buffer {spec.target} has no entry in state_dict or constants")
             if spec.kind is InputKind.CONSTANT_TENSOR and spec.target not in self.constants:
                 raise InternalError(f"constant {spec.target} has no entry in constants")
+
+    @property
+    def verifiers(self) -> list[type[Verifier]]:
+        """The verifier classes that check this program (`validate()` runs them)."""
+        return list(self._verifiers)
+
+    @property
+    def verifier(self) -> type[Verifier]:
+        return self._verifiers[0]
+
+    @property
+    def dialect(self) -> str:
+        """torch.export's name of the program's operator level: "TRAINING" as exported,
+        "ATEN" after run_decompositions()."""
+        return self._verifiers[0].dialect
+
+    @property
+    def tensor_constants(self) -> dict[str, torch.Tensor]:
+        """The lifted constants and non-persistent buffers (torch.export's name for `constants`)."""
+        return self.constants
+
+    def validate(self) -> None:
+        """Check the program against the IR contract with each of its verifiers (raises
+        InternalError on a violation): after editing `graph_module` by hand, for instance."""
+        for verifier in self._verifiers:
+            verifier().check(self)
 
     @property
     def graph(self) -> fx.Graph:

@@ -262,6 +262,10 @@ class ExportedModule(fx.GraphModule):
         self._check_values(flat)
         return flat
 
+    def check_leaves(self, flat: list) -> None:
+        """Every check of a call on leaves already in the graph's order (a FlatArgsAdapter's)."""
+        self._check_values(flat)
+
     def _check_call_values(self, args: tuple, kwargs: dict) -> None:
         """Refuse a call the program is not valid for: structure, dtypes, sizes, scalars."""
         self._check_values(self._leaves(args, kwargs)[0])

@@ -175,19 +175,6 @@ def test_preserving_a_missing_submodule_is_refused():
         gp.export(Transformer(), inputs(), preserve_module_call_signature=("layers.7",))
 
 
-def test_preserving_a_module_called_twice_is_refused():
-    class Twice(nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.lin = nn.Linear(4, 4)
-
-        def forward(self, x):
-            return self.lin(self.lin(x))
-
-    with pytest.raises(gp.UnsupportedFeatureError, match="'lin'.*called more than once"):
-        gp.export(Twice(), (torch.randn(2, 4),), preserve_module_call_signature=("lin",))
-
-
 def test_preserving_in_a_function_export_is_refused():
     with pytest.raises(gp.UnsupportedInputError, match="plain function"):
         gp.export(lambda x: x + 1, (torch.randn(2),), preserve_module_call_signature=("lin",))

@@ -13,7 +13,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import inspect
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Iterator
 
 import torch
@@ -29,12 +29,15 @@ pytree = _torch.pytree
 
 @dataclass
 class CallBoundary:
-    """A preserved module's one call: the graph values at its boundary and their structure."""
+    """One call of a preserved module: the graph values at its boundary and their structure.
+    The first call is recorded under the module's path, the n-th later one under `path@n`,
+    as torch.export's module_call_graph names them."""
     inputs: list            # ArgumentSpec per flattened (args, kwargs) leaf
     in_spec: Any
     forward_arg_names: list[str]
     outputs: list | None = None   # ArgumentSpec per flattened output leaf
     out_spec: Any = None
+    state_writes: dict[str, str] = field(default_factory=dict)   # buffer written by the call -> its new value's node
 
 
 class ModuleCalls:
@@ -44,8 +47,9 @@ class ModuleCalls:
         self.rec = rec
         self.names = module_names
         self.counts: dict[str, int] = {}
-        self.boundaries: dict[str, CallBoundary] = {}
-        self._entries: dict[str, tuple[str, str, str]] = {}   # preserved fqn -> its stack entry
+        self.boundaries: dict[str, CallBoundary] = {}        # call key (`fqn`, `fqn@1`, ...) -> its boundary
+        # preserved fqn -> (key, stack entry, buffer values at entry) of its open calls
+        self._open: dict[str, list[tuple[str, tuple[str, str, str], dict]]] = {}
 
     def push(self, module: torch.nn.Module, args: tuple) -> None:
         name = self.names.get(id(module))
@@ -75,31 +79,50 @@ class ModuleCalls:
                 handle.remove()
 
     def _enter(self, fqn: str, module: torch.nn.Module, args: tuple, kwargs: dict) -> None:
-        if fqn in self.boundaries:
-            raise UnsupportedFeatureError(
-                f"the module '{fqn}', whose call signature export was asked to preserve, is called more than once",
-                fix=f"preserve the signature of a module called once, or remove '{fqn}' from "
-                    "preserve_module_call_signature")
         if self.rec.scope is not self.rec.root:
             raise UnsupportedFeatureError(
                 f"the module '{fqn}', whose call signature export was asked to preserve, is called inside a "
                 "control-flow branch or loop body", fix=f"remove '{fqn}' from preserve_module_call_signature")
         entry = self.rec.module_stack.pop()   # its inputs are made by the caller, outside the call
+        calls = sum(1 for key in self.boundaries if key == fqn or key.startswith(fqn + "@"))
+        key = fqn if calls == 0 else f"{fqn}@{calls}"
         try:
             flat, in_spec = pytree.tree_flatten((args, kwargs))
-            self.boundaries[fqn] = CallBoundary([self._argument(v) for v in flat], in_spec, _arg_names(module, args))
+            first = self.boundaries.get(fqn)
+            if first is not None and in_spec != first.in_spec:
+                raise UnsupportedFeatureError(
+                    f"the module '{fqn}', whose call signature export was asked to preserve, is called with "
+                    f"arguments of another structure than at its first call (call {calls + 1}: "
+                    f"{' '.join(str(in_spec).split())}; first: {' '.join(str(first.in_spec).split())}), so it "
+                    "has no one calling convention", fix=f"call '{fqn}' the same way each time (the same "
+                    "positional arguments and keywords), or remove it from preserve_module_call_signature")
+            self.boundaries[key] = CallBoundary([self._argument(v) for v in flat], in_spec, _arg_names(module, args))
         finally:
             self.rec.module_stack.append(entry)
-        self._entries[fqn] = entry
+        self._open.setdefault(fqn, []).append((key, entry, self._buffer_values(fqn, module)))
 
     def _leave(self, fqn: str, module: torch.nn.Module, args: tuple, kwargs: dict, output: Any) -> None:
-        self.rec.module_stack.append(self._entries[fqn])   # its outputs are made inside the call
+        key, entry, before = self._open[fqn].pop()
+        self.rec.module_stack.append(entry)   # its outputs are made inside the call
         try:
             flat, out_spec = pytree.tree_flatten(output)
-            boundary = self.boundaries[fqn]
+            boundary = self.boundaries[key]
             boundary.outputs, boundary.out_spec = [self._argument(v) for v in flat], out_spec
+            for target, node in self._buffer_values(fqn, module).items():
+                if before.get(target) is not node:
+                    self.rec.user_calls.add(node)   # a later call reads it as the buffer's state
+                    boundary.state_writes[target] = node.name
         finally:
             self.rec.module_stack.pop()
+
+    def _buffer_values(self, fqn: str, module: torch.nn.Module) -> dict[str, fx.Node]:
+        """The graph value each buffer of the module holds now (its tracer's current node)."""
+        values = {}
+        for name, buffer in module.named_buffers(prefix=fqn):
+            found = self.rec.root.binding(buffer) if isinstance(buffer, torch.Tensor) else None
+            if found is not None:
+                values[name] = found[0]
+        return values
 
     def _argument(self, value: Any):
         """The signature entry of one boundary leaf; its node is kept through dead-code elimination.

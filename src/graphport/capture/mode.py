@@ -13,7 +13,7 @@ import torch
 
 from .. import _torch
 from ..op_args import arg_leaves, map_args
-from ..errors import (DataDependentError, GraphportError, InternalError, OperatorError, UnsupportedFeatureError,
+from ..errors import (ConstantMutationError, DataDependentError, GraphportError, InternalError, OperatorError, UnsupportedFeatureError,
                       UnsupportedOperatorError)
 from ..ops.kinds import DATA_DEPENDENT_SHAPE, DATA_READS, METADATA_MUTATING, Kind, is_impure, op_info
 from ..ops.policy import EXPORT_DEFAULT, Aliasing, DispatchPolicy, python_decomposition
@@ -337,6 +337,8 @@ class CaptureMode(_torch.TorchDispatchMode):
         try:
             with self.rec.child_scope(recording=False):
                 out = self.run_decomposition(func, decomposition, args, kwargs)
+        except ConstantMutationError:
+            raise        # the kept node would write into the constant at run time: refused, as a direct write is
         except UnsupportedFeatureError:
             return None  # its insides do what capture cannot express; its meta kernel can still answer
         except (RuntimeError, ValueError, TypeError, IndexError) as e:
@@ -419,11 +421,14 @@ class CaptureMode(_torch.TorchDispatchMode):
         """Make `target` hold `value` from now on, as an in-place write would (`fill`: the
         one value every element takes, for fills)."""
         self.rec.written(target)
-        if not isinstance(target, TracerTensor):
-            raise UnsupportedFeatureError(
+        constant = self.rec.constant_target(target) if not isinstance(target, TracerTensor) \
+            else self.rec.lifted_constant(target)
+        if constant is not None:
+            raise ConstantMutationError(
                 "the program writes in place into a tensor that is not an input, parameter, buffer or "
                 "a tensor computed inside forward",
-                fix="register the tensor as a buffer (self.register_buffer(name, tensor)) so its update is captured")
+                fix="register the tensor as a buffer (self.register_buffer(name, tensor)) so its update is captured",
+                torch_phrase=f"Constant {constant} is mutated in the forward method. Pls register it as buffer")
         if tuple(value.shape) != tuple(target.shape):
             raise UnsupportedFeatureError(
                 f"an out= or in-place write resizes a tensor from {list(target.shape)} to {list(value.shape)}",

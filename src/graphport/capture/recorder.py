@@ -154,15 +154,27 @@ class Recorder:
         known = self.state_tracers.get(id(real), self.constants.get(id(real)))
         if known is not None:
             return known
-        target = self.constant_names.get(id(real))
-        if target is None:
-            target = f"lifted_tensor_{sum(name.startswith('lifted_tensor_') for name in self.constant_values)}"
+        target = self.constant_target(real)
         tracer = self.tracer_for_placeholder("c_" + target.replace(".", "_"), real)
         self.constant_targets[self.root.binding(tracer)[0].name] = target
         self.constants[id(real)] = tracer
         self.constant_values[target] = real
         self._keepalive.append(real)  # ids stay unique while capture runs
         return tracer
+
+    def constant_target(self, real: torch.Tensor) -> str:
+        """The name a real tensor met during capture has as a constant: its attribute's path,
+        or `lifted_tensor_<n>` for one no module attribute holds (torch.export's names)."""
+        target = self.constant_names.get(id(real))
+        if target is None:
+            target = f"lifted_tensor_{sum(name.startswith('lifted_tensor_') for name in self.constant_values)}"
+        return target
+
+    def lifted_constant(self, tracer: TracerTensor) -> str | None:
+        """The target of the lifted constant `tracer` is (or is a view of); None if it is none."""
+        root = tracer.gp_base if tracer.gp_base is not None else tracer
+        found = self.root.binding(root)
+        return None if found is None else self.constant_targets.get(found[0].name)
 
     # -- values -------------------------------------------------------------------------
 

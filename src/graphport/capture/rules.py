@@ -19,8 +19,9 @@ def _lift_fresh(mode, t, *rest):
 
 
 def _alias(mode, t, *rest):
-    """detach/alias: the same value, sharing writes with its source."""
-    return mode.rec.alias(t)
+    """detach/alias: the same value, sharing writes with its source (a tensor attribute's
+    alias is one of the lifted constant, which refuses writes as the attribute does)."""
+    return mode.rec.alias(t if isinstance(t, TracerTensor) else mode.rec.constant(t))
 
 
 def _identity(mode, t, *rest):

@@ -32,37 +32,102 @@ _PRESERVED_COMPOSITES = frozenset({
 
 
 class DecompositionTable(dict):
-    """The mutable default table (`graphport.default_decompositions()`)."""
+    """The mutable default table (`graphport.default_decompositions()`), with the semantics of
+    torch.export's `CustomDecompTable`: ATen entries are filled in when the table is made;
+    composites of other namespaces are added when the table is first read (`in`, `len`,
+    iteration, `[op]`, `keys()`, `items()`, `values()`, `get`), so an op registered after
+    `default_decompositions()` but before that read is in it, and again by `materialize()`,
+    which `run_decompositions` calls. Writes do not materialize: `pop`/`del` of such an op
+    before it was added keeps it whole (and gives its decomposition back), `[op] = fn` and
+    `update` set entries. Unlike torch's, the ops the user deleted stay deleted after a
+    materialization (torch forgets them there and adds them back at the next one)."""
 
-    def __init__(self, entries: dict | None = None, deleted: set | None = None):
+    def __init__(self, entries: dict | None = None, deleted: set | None = None, materialized: bool = False):
         super().__init__(_aten_defaults() if entries is None else entries)
         self.deleted: set = set(deleted or ())   # non-ATen composites the user chose to keep whole
+        self.has_materialized = materialized
+
+    def _materialize_if_needed(self) -> None:
+        if not self.has_materialized:
+            self.materialize()
+
+    def __getitem__(self, op):
+        self._materialize_if_needed()
+        return super().__getitem__(op)
+
+    def __contains__(self, op) -> bool:
+        self._materialize_if_needed()
+        return super().__contains__(op)
+
+    def __len__(self) -> int:
+        self._materialize_if_needed()
+        return super().__len__()
+
+    def __iter__(self):
+        self._materialize_if_needed()
+        return super().__iter__()
+
+    def __reversed__(self):
+        self._materialize_if_needed()
+        return super().__reversed__()
+
+    def keys(self):
+        self._materialize_if_needed()
+        return super().keys()
+
+    def values(self):
+        self._materialize_if_needed()
+        return super().values()
+
+    def items(self):
+        self._materialize_if_needed()
+        return super().items()
+
+    def get(self, op, default=None):
+        self._materialize_if_needed()
+        return super().get(op, default)
 
     def __delitem__(self, op) -> None:
         self.pop(op)
 
     def pop(self, op, *default):
-        if not _is_aten(op):
+        """Remove `op` (keep it whole) and return its decomposition. A composite of another
+        namespace not added yet is recorded as deleted, and its own kernel returned; one
+        deleted already is a KeyError (or `default`), as a missing key is."""
+        if _is_aten(op):
+            return super().pop(op, *default)
+        if super().__contains__(op):
             self.deleted.add(op)
-        if op not in self and not _is_aten(op) and op_info(op).preserved:
-            return composite_decomposition(op)   # a custom composite not materialized yet
-        return super().pop(op, *default)
+            return super().pop(op)
+        if op in self.deleted or not op_info(op).preserved or not _torch.is_composite_implicit(op):
+            if default:
+                return default[0]
+            raise KeyError(f"{op} is not in the decomposition table")
+        self.deleted.add(op)
+        return composite_decomposition(op)
 
     def __setitem__(self, op, fn: Callable) -> None:
         self.deleted.discard(op)
         super().__setitem__(op, fn)
 
+    def update(self, other=(), **more) -> None:
+        for op, fn in dict(other, **more).items():
+            self[op] = fn
+
     def copy(self) -> "DecompositionTable":
-        return DecompositionTable(dict(self), self.deleted)
+        return DecompositionTable(dict(super().items()), self.deleted, self.has_materialized)
 
     def materialize(self) -> dict:
-        """The table as a plain dict, with the composites of other namespaces registered by
-        now (the ones the user did not delete)."""
-        table = dict(self)
+        """Add the composites of other namespaces registered by now (not the ones the user
+        deleted); return the table as a plain dict."""
         for op in composite_ops(aten_only=False):
-            if op not in table and op not in self.deleted and not _is_aten(op):
-                table[op] = composite_decomposition(op)
-        return table
+            if not _is_aten(op) and not super().__contains__(op) and op not in self.deleted:
+                super().__setitem__(op, composite_decomposition(op))
+        self.has_materialized = True
+        return dict(super().items())
+
+
+CustomDecompTable = DecompositionTable   # torch.export's name for it
 
 
 def default_decompositions() -> DecompositionTable:

@@ -31,7 +31,7 @@ from ..signature import (ConstantArgument, ExportGraphSignature, InputKind, Inpu
 from .._gc import cycle_collection_paused
 from .lowering_sizes import LoweredValidity, lowered_validity
 from ..values import finish_metadata
-from .verifier import verify
+from .verifier import CoreATenVerifier, Verifier
 
 log = logging.getLogger("graphport.passes")
 
@@ -83,8 +83,9 @@ def run_decompositions(ep: ExportedProgram, decomp_table: dict[Any, Callable] | 
         replayed.graph_module, ExportGraphSignature(input_specs, output_specs), dict(ep.state_dict),
         dict(ep.range_constraints), [_renamed(e, replayed.renamed) for e in ep.module_call_graph],
         ep.example_inputs, {**ep.constants, **replayed.constant_values}, list(ep.input_paths),
-        dict(ep.input_aliases), *_narrowed(ep, env, proven.valid_from))
-    verify(lowered, dialect="core_aten" if decomp_table is None else "default")
+        dict(ep.input_aliases), *_narrowed(ep, env, proven.valid_from),
+        verifiers=[CoreATenVerifier if decomp_table is None else Verifier])
+    lowered.validate()
     finish_metadata(lowered.graph_module)
     progress.report("run_decompositions", 3, 3)
     log.info("run_decompositions: %d nodes -> %d nodes in %.3f s", len(ep.graph.nodes), len(graph.nodes),
@@ -118,8 +119,10 @@ def _renamed(entry: ModuleCallEntry, renamed: dict[str, Any]) -> ModuleCallEntry
             return a
         now = renamed[a.name]
         return dataclasses.replace(a, name=now) if isinstance(now, str) else ConstantArgument(a.name, now)
+    writes = {target: renamed.get(name, name) for target, name in entry.signature.state_writes.items()}
     signature = dataclasses.replace(entry.signature, inputs=[arg(a) for a in entry.signature.inputs],
-                                    outputs=[arg(a) for a in entry.signature.outputs])
+                                    outputs=[arg(a) for a in entry.signature.outputs],
+                                    state_writes={t: n for t, n in writes.items() if isinstance(n, str)})
     return ModuleCallEntry(entry.fqn, signature, entry.alias_of)
 
 

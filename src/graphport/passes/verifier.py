@@ -188,3 +188,29 @@ def _check_subgraph(module: fx.GraphModule, node: fx.Node, where: str, dialect: 
                 and user.target.name() in _CONTROL_FLOW):
             _fail(node, f"the subgraph {node.target} is used by {user.name}, which is no control-flow operator")
     _check_nodes(sub, f"subgraph {node.target} of {where}", dialect)
+
+
+class Verifier:
+    """A program's verifier, as torch.export names them (`ep.verifier`, `ep.verifiers`,
+    `ep.dialect`): `Verifier().check(ep)` checks `ep` against the IR contract at this
+    verifier's level. `dialect` is torch's name of the program's level: "ATEN" for a lowered
+    program, "TRAINING" for export's own (TrainingIRVerifier)."""
+
+    dialect = "ATEN"
+    level = "default"      # the operator level `verify` checks
+
+    def check(self, ep) -> None:
+        verify(ep, dialect=self.level)
+
+
+class TrainingIRVerifier(Verifier):
+    """The verifier of what `export` returns: torch.export's default level of operators."""
+
+    dialect = "TRAINING"
+
+
+class CoreATenVerifier(Verifier):
+    """The verifier of `run_decompositions()` with the default table: also every operator in
+    the Core ATen opset."""
+
+    level = "core_aten"

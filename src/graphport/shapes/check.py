@@ -212,6 +212,7 @@ def check(shapes: InputShapes, small_sizes: dict | None = None) -> list[Guard]:
     fixes = _Fixes(shapes)
     violations, kept, first = [], [], None
     pins = _pinned_sizes(shapes)
+    violated: set[str] = set()   # names of the dims whose constraints are violated
     for guard in env.guards:
         syms = guard.rel.free_symbols
         # Dim.AUTO and Dim.DYNAMIC dims may be related or narrowed by the program; only
@@ -231,21 +232,28 @@ def check(shapes: InputShapes, small_sizes: dict | None = None) -> list[Guard]:
                 kept.append(Guard(shapes.env.simplify(guard.rel), guard.location))
                 continue
             violations.append(explained)
+            violated.update(_name(shapes, s) for s in syms)
             first = first or guard.location
     for (sym, size), (why, where) in (small_sizes or {}).items():
         fixes.narrow(sym, lo=size + 1)
+        violated.add(_name(shapes, sym))
         at = f" (at {where})" if where else ""
         violations.append(f"- {_name(shapes, sym)} = {size} is inside its declared range "
                           f"{env.symbols[sym].declared}, but {why}{at}; export a separate program for "
                           f"that size, or narrow the range")
         first = first or where
     if violations:
-        raise _violation(violations, fixes, first)
+        raise _violation(violations, fixes, first, violated)
     return kept
 
 
-def _violation(violations: list[str], fixes: "_Fixes", first) -> ConstraintViolationError:
+def _violation(violations: list[str], fixes: "_Fixes", first, violated: set[str]) -> ConstraintViolationError:
     unique = list(dict.fromkeys(violations))
+    # torch.export names the dims its fixes change (a derived dim's root, not the helper a
+    # divisibility fix introduces), or else the dims of the violated guards
+    named = sorted(name for name in fixes.lines if not name.startswith("_")) or sorted(violated)
+    torch_phrase = f"Constraints violated ({', '.join(named)})!" + (
+        "\nSuggested fixes:\n" + fixes.render() if fixes.lines else "")
     return ConstraintViolationError(
         f"the program's shape logic contradicts dynamic_shapes ({len(unique)} "
         f"violation{'s' if len(unique) > 1 else ''}):\n" + "\n".join(unique) +
@@ -254,7 +262,7 @@ def _violation(violations: list[str], fixes: "_Fixes", first) -> ConstraintViola
              "does it for you), or change the program") if fixes.lines else
             "narrow the Dims' ranges to sizes where the program's requirements hold, state the requirement with "
             "torch._check on the input sizes before it is used, or change the program",
-        location=first)
+        location=first, torch_phrase=torch_phrase)
 
 
 def build_contract(shapes: InputShapes, kept: list[Guard], valid_from: dict[sympy.Symbol, tuple[int, str]],

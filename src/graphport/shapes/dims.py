@@ -167,7 +167,8 @@ class ShapesCollection:
 
 class AdditionalInputs:
     """Several sets of example inputs; each dimension whose size differs between them is
-    dynamic (Dim.DYNAMIC), the others static. `export` also checks that the program it
+    dynamic (Dim.DYNAMIC), the others static, and so is a Python int whose value differs (a
+    dynamic int, as torch.export infers it). `export` also checks that the program it
     captured accepts every set."""
 
     def __init__(self):
@@ -193,6 +194,9 @@ class AdditionalInputs:
             others.append(leaves)
         specs = []
         for i, leaf in enumerate(flat):
+            if type(leaf) is int:
+                specs.append(Dim.DYNAMIC if any(o[i] != leaf for o in others) else None)
+                continue
             if not hasattr(leaf, "shape"):
                 specs.append(None)
                 continue

@@ -62,13 +62,15 @@ def _describe(tree) -> str:
     return show(tree)
 
 
-def _spec_error(what: str, inputs, spec, cls: type = UnsupportedInputError) -> UnsupportedInputError:
+def _spec_error(what: str, inputs, spec, cls: type = UnsupportedInputError,
+                torch_phrase: str | None = None) -> UnsupportedInputError:
     return cls(
         f"dynamic_shapes does not match the inputs: {what}\n"
         f"    inputs:         {_describe(inputs)}\n"
         f"    dynamic_shapes: {_describe(spec)}",
         fix="give dynamic_shapes the inputs' structure: a dict keyed by argument name (or a tuple in argument "
-            "order), and per tensor a dict {dim: Dim(...)} or a tuple with one entry per dim (None = static)")
+            "order), and per tensor a dict {dim: Dim(...)} or a tuple with one entry per dim (None = static)",
+        torch_phrase=torch_phrase)
 
 
 def _top_level(spec, args: tuple, kwargs: dict, arg_names: list[str]):
@@ -77,7 +79,10 @@ def _top_level(spec, args: tuple, kwargs: dict, arg_names: list[str]):
     if isinstance(spec, dict):
         unknown = [k for k in spec if k not in inputs]
         if unknown:
-            raise _spec_error(f"keys {unknown} name no argument (arguments: {list(inputs)})", inputs, spec)
+            raise _spec_error(f"keys {unknown} name no argument (arguments: {list(inputs)})", inputs, spec,
+                              torch_phrase=f"When `dynamic_shapes` is specified as a dict, its top-level keys must "
+                                           f"be the arg names {list(inputs)} of `inputs`, but here they are "
+                                           f"{list(spec)}.")
         return [spec.get(n) for n in arg_names], {k: spec.get(k) for k in kwargs}
     if isinstance(spec, (tuple, list)):
         if len(spec) == len(args):
@@ -212,6 +217,7 @@ def _create_symbols(flat, per_leaf: dict[int, dict[int, Any]], paths: list[str])
     shapes = InputShapes(env, {})
     by_name: dict[str, tuple[Dim, sympy.Symbol]] = {}
     violations = []
+    torch_phrases = []   # torch.export's words for the same violations
     for i, (_, leaf) in enumerate(flat):
         if type(leaf) is int and None in per_leaf.get(i, {}):
             _int_symbol(shapes, i, leaf, per_leaf[i][None], paths[i], violations)
@@ -225,6 +231,8 @@ def _create_symbols(flat, per_leaf: dict[int, dict[int, Any]], paths: list[str])
             if item is None or (isinstance(item, _DimHint) and item.kind == "STATIC") or isinstance(item, int):
                 if isinstance(item, int) and item != size:
                     violations.append(f"- {where} is {size} in the example, but the spec fixes it to {item}")
+                    torch_phrases.append(f"Static shape constraint of {item} does not match input size of {size}, "
+                                         f"for {where}")
                 continue
             if isinstance(item, _DimHint):
                 if size in (0, 1):
@@ -240,6 +248,7 @@ def _create_symbols(flat, per_leaf: dict[int, dict[int, Any]], paths: list[str])
                 if not lo <= size <= hi:
                     violations.append(f"- {where} is {size} in the example, outside the range [{lo}, "
                                       f"{'inf' if hi is INT_OO else hi}] of {item!r}")
+                    torch_phrases.append(_not_in_range(size, lo, hi))
                     continue
                 sym = env.create_symbol(size, ValueRange(lo, hi), f"{paths[i]}_size_{d}", (i, d),
                                         auto=item.kind == "AUTO")
@@ -260,6 +269,7 @@ def _create_symbols(flat, per_leaf: dict[int, dict[int, Any]], paths: list[str])
             if not item.min <= size <= item.max:
                 violations.append(f"- {where} is {size} in the example, outside the range [{item.min}, "
                                   f"{'inf' if item.max is INT_OO else item.max}] of {item!r}")
+                torch_phrases.append(_not_in_range(size, item.min, item.max))
                 continue
             if (size - offset) % coeff:
                 violations.append(f"- {where} is {size}, which is not of the form {item.name} for an integer "
@@ -293,8 +303,14 @@ def _create_symbols(flat, per_leaf: dict[int, dict[int, Any]], paths: list[str])
     if violations:
         raise ConstraintViolationError("the example inputs do not fit dynamic_shapes:\n" + "\n".join(violations),
                                        fix="change the example inputs or the Dims so that every example size lies "
-                                           "in its Dim's range and relations")
+                                           "in its Dim's range and relations",
+                                       torch_phrase="\n".join(torch_phrases) or None)
     return shapes
+
+
+def _not_in_range(size: int, lo: int, hi) -> str:
+    """torch.export's words for an example size outside its Dim's range."""
+    return f"{size} not in range [{lo}, {'int_oo' if hi is INT_OO else hi}]"
 
 
 def _int_symbol(shapes: InputShapes, i: int, value: int, hint: _DimHint, path: str, violations: list[str]) -> None:

@@ -251,7 +251,8 @@ def undecidable(rel: sympy.Basic, unbacked: Unbacked, location: SourceLocation |
         location=location or innermost_user_location(),
         fix=f"state what holds before this line, e.g. `{check}` (or its negation, whichever is true for "
             f"your data){naming}; graphport then checks it at run time. If the program really branches on the value, "
-            "compute both sides and pick with torch.where, or use torch.cond")
+            "compute both sides and pick with torch.where, or use torch.cond",
+        torch_phrase=f"Could not guard on data-dependent expression {as_python(rel)}")
 
 
 def needs_value(expr: sympy.Basic, unbacked: Unbacked, what: str) -> DataDependentError:

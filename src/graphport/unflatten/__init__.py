@@ -10,12 +10,15 @@ is never run again.
 """
 from __future__ import annotations
 
+import abc
 import inspect
+from typing import Any
 
 import torch
 import torch.fx as fx
 
 from .. import _torch
+from ..errors import FlatArgsError, InputStructureError
 from ..signature import InputKind
 from .calls import Call, CallTree, call_tree
 from .convention import check_accepts
@@ -24,14 +27,35 @@ from .modules import InterpreterModule, clone_for_call, interpreter_class, run
 
 pytree = _torch.pytree
 
-__all__ = ["unflatten", "UnflattenedModule", "InterpreterModule"]
+__all__ = ["unflatten", "UnflattenedModule", "InterpreterModule", "FlatArgsAdapter"]
+
+NO_ADAPTER = "There is no flat args adapter specified. Are you sure you are calling this with the right arguments?"
 
 
-def unflatten(ep) -> "UnflattenedModule":
+class FlatArgsAdapter(abc.ABC):
+    """Maps the flat arguments of a call whose input structure differs from the export's to the
+    exported program's flat arguments, as torch.export.unflatten.FlatArgsAdapter does: an
+    unflattened program given one (`unflatten(ep, adapter)`) can be called with another
+    structure, for instance when it is swapped into another program whose caller passes more
+    (or other) arguments. The adapted arguments are then checked as any call's are."""
+
+    @abc.abstractmethod
+    def adapt(self, target_spec: Any, input_spec: Any, input_args: list[Any],
+              metadata: dict[str, Any] | None = None, obj: Any | None = None) -> list[Any]:
+        """The exported program's flat arguments (`target_spec`'s leaves) from the call's
+        (`input_args`, structured as `input_spec`); `obj` is the call's positional arguments."""
+
+    def get_flat_arg_paths(self) -> list[str]:
+        """Names of the adapted arguments, for messages (optional)."""
+        return []
+
+
+def unflatten(ep, flat_args_adapter: FlatArgsAdapter | None = None) -> "UnflattenedModule":
     """An nn.Module with the exported module's hierarchy, state at its original names, and
     forward computing what `ep.module()` computes; submodules exported with a preserved call
-    signature keep their calling convention and can be swapped (`set_submodule`)."""
-    return _with_original_arguments(ep)(ep)
+    signature keep their calling convention and can be swapped (`set_submodule`). A call with
+    another input structure goes through `flat_args_adapter`, when given."""
+    return _with_original_arguments(ep)(ep, flat_args_adapter)
 
 
 def _with_original_arguments(ep) -> type:
@@ -60,13 +84,17 @@ class UnflattenedModule(torch.nn.Module):
     root's graph, which calls the submodules. `preserved` maps each preserved path to its
     signature."""
 
-    def __init__(self, ep) -> None:
+    def __init__(self, ep, flat_args_adapter: FlatArgsAdapter | None = None) -> None:
         super().__init__()
+        self.flat_args_adapter = flat_args_adapter
+        self.meta: dict[str, Any] = {}    # handed to the adapter, as torch's module does
         self.graph: fx.Graph
         self.__dict__["_gp_root"] = self
         self.__dict__["_gp_checker"] = ep.module()   # ep.module()'s input checks, at the top level
         self._in_spec, self._out_spec = ep.call_spec.in_spec, ep.call_spec.out_spec
-        self.preserved = {e.fqn: e.signature for e in ep.module_call_graph[1:] if e.signature is not None}
+        # a preserved module's later calls (`fqn@1`, ...) share its convention: the first call's entry names it
+        self.preserved = {e.fqn: e.signature for e in ep.module_call_graph[1:]
+                          if e.signature is not None and "@" not in e.fqn}
         tree = call_tree(ep)
         graphs = {call: frame_graph(call, tree, ep) for call in [tree.root, *tree.calls]}
         modules = _hierarchy(self, ep, tree)
@@ -80,10 +108,32 @@ class UnflattenedModule(torch.nn.Module):
 
     def forward(self, *args, **kwargs):
         flat, spec = pytree.tree_flatten((args, kwargs))
-        # exported again: the structure is checked here, shapes by the new capture's own contract
-        if spec != self._in_spec or not torch.compiler.is_exporting():
-            flat = self.__dict__["_gp_checker"].checked_leaves(args, kwargs)
+        try:
+            # exported again: the structure is checked here, shapes by the new capture's own contract
+            if spec != self._in_spec or not torch.compiler.is_exporting():
+                flat = self.__dict__["_gp_checker"].checked_leaves(args, kwargs)
+        except InputStructureError as err:
+            if spec == self._in_spec:
+                raise
+            flat = self._adapted(flat, spec, args, err)
         return pytree.tree_unflatten(list(run(self, self.graph, flat)), self._out_spec)
+
+    def _adapted(self, flat: list, spec: Any, args: tuple, refusal: InputStructureError) -> list:
+        """The flat arguments of a call of another structure, through the FlatArgsAdapter."""
+        if self.flat_args_adapter is None:
+            raise FlatArgsError(refusal.what, fix=f"{refusal.fix}; or unflatten with a "
+                                "graphport.unflatten.FlatArgsAdapter that maps this structure to the exported one",
+                                torch_phrase=NO_ADAPTER, location=refusal.location)
+        adapted = self.flat_args_adapter.adapt(target_spec=self._in_spec, input_spec=spec, input_args=flat,
+                                               metadata=self.meta, obj=args)
+        if len(adapted) != self._in_spec.num_leaves:
+            raise FlatArgsError(
+                f"the FlatArgsAdapter gave {len(adapted)} arguments; the program takes {self._in_spec.num_leaves}",
+                fix="make the adapter's adapt() return one value per leaf of target_spec",
+                torch_phrase=f"Flat args adaption failed, number of args mismatch Adapted: {len(adapted)} \n"
+                             f"Exported module: {self._in_spec.num_leaves}")
+        self.__dict__["_gp_checker"].check_leaves(adapted)
+        return adapted
 
     __getitem__ = InterpreterModule.__getitem__
 
@@ -120,6 +170,8 @@ def _hierarchy(root: UnflattenedModule, ep, tree: CallTree) -> dict[str, Interpr
         return modules[fqn]
 
     for entry in ep.module_call_graph[1:]:
+        if "@" in entry.fqn:
+            continue   # a later call of a preserved module, not a module path
         alias = getattr(entry, "alias_of", None)
         if alias is None or alias not in modules:
             ensure(entry.fqn)
@@ -204,10 +256,15 @@ def _assign(owner: torch.nn.Module, call: Call, graphs: dict[Call, fx.Graph], mo
         inside = not call.fqn or child.fqn.startswith(call.fqn + ".")
         path, _, name = (call.relative(child.fqn) if inside else child.fqn).rpartition(".")
         container = (owner if inside else root).get_submodule(path)
-        if (id(container), name) in claimed and container._modules[name] is not module:
-            name = f"{name}@{child.index}"
-        container.add_module(name, module)   # a clone's first call of a child replaces the child it copied
-        claimed.add((id(container), name))
+        if child.signature is not None:
+            # every call of a preserved module goes to its path, so a module swapped in there takes them
+            # all; the module unflatten placed there runs each call's own graph (`call_modules`)
+            modules[child.fqn].__dict__.setdefault("_gp_call_modules", {})[child] = module
+        else:
+            if (id(container), name) in claimed and container._modules[name] is not module:
+                name = f"{name}@{child.index}"
+            container.add_module(name, module)   # a clone's first call of a child replaces the child it copied
+            claimed.add((id(container), name))
         node.target = f"{path}.{name}" if path else name
         node.meta["gp_absolute"] = not inside
         if module.graph is None or module is not modules[child.fqn]:

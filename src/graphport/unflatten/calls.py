@@ -70,6 +70,8 @@ class CallTree:
     calls: list[Call]             # every call but the root, in program order
     position: dict[fx.Node, int]
     state_targets: dict[fx.Node, str]   # state placeholder -> its fully qualified name
+    # a buffer's value left by a preserved call -> (the buffer, that call): other calls read the buffer
+    versions: dict[fx.Node, tuple[str, "Call"]] = field(default_factory=dict)
 
 
 def call_tree(ep) -> CallTree:
@@ -96,7 +98,9 @@ def call_tree(ep) -> CallTree:
                 depth += 1
             del open_calls[depth:]
             for key, fqn, typ in chain[depth - 1:]:
-                call = Call(key, fqn, typ, open_calls[-1], counts.get(fqn, 0), signature=preserved.get(fqn))
+                index = counts.get(fqn, 0)   # a preserved module's n-th later call has its own entry, `fqn@n`
+                call = Call(key, fqn, typ, open_calls[-1], index,
+                            signature=preserved.get(fqn if index == 0 else f"{fqn}@{index}"))
                 counts[fqn] = call.index + 1
                 open_calls[-1].items.append(call)
                 open_calls.append(call)
@@ -129,6 +133,11 @@ def _boundaries(tree: CallTree, ep) -> None:
     for call in tree.calls:
         if call.signature is not None:
             _bind_signature(call, by_name)
+            for target, name in call.signature.state_writes.items():
+                if name in by_name and by_name[name].op != "placeholder":
+                    tree.versions[by_name[name]] = (target, call)
+    for value, (target, call) in tree.versions.items():
+        _write(tree, value, target, call)
     output = next(n for n in reversed(ep.graph.nodes) if n.op == "output")
     specs = ep.graph_signature.output_specs
     for node in ep.graph.nodes:
@@ -178,6 +187,13 @@ def _use(tree: CallTree, value: fx.Node, user: Call) -> None:
     """`user` reads `value`: route it across every call boundary in between."""
     if value.op == "get_attr":
         return
+    version = tree.versions.get(value)
+    if version is not None and version[1] not in user.ancestors():
+        target = version[0]   # left in the buffer by an earlier call: read from the buffer
+        reader = _state_reader(user, target, value)
+        if reader is not None:
+            _pass_down(value, user, reader)
+            return
     target = tree.state_targets.get(value)
     if target is not None:
         reader = _state_reader(user, target, value)
@@ -243,15 +259,18 @@ def _recompute(call: Call, value: fx.Node) -> bool:
     return False
 
 
-def _write(tree: CallTree, value: fx.Node, target: str) -> None:
+def _write(tree: CallTree, value: fx.Node, target: str, version_of: "Call | None" = None) -> None:
     """A parameter or buffer's final value: written back in the innermost call that can reach the
     state, right after the value exists, unless the old value is still read later on (then the
-    root writes it back at the end)."""
+    root writes it back at the end). A value a preserved call left in a buffer (`version_of`),
+    which later calls read from the buffer, is written by that call."""
     placeholder = next(p for p, t in tree.state_targets.items() if t == target)
     last_read = max((tree.position[u] for u in placeholder.users if u.op != "output"), default=-1)
     home = tree.owner[value]
     writer = tree.root
-    if last_read <= tree.position[value] and value.op != "placeholder":
+    if version_of is not None:
+        writer = version_of
+    elif last_read <= tree.position[value] and value.op != "placeholder":
         writer = next((c for c in home.ancestors() if c.owns(target) or c.signature is not None), tree.root)
     _use(tree, value, writer)
     _use(tree, placeholder, writer)

@@ -115,8 +115,14 @@ def run(module: torch.nn.Module, graph: fx.Graph, args) -> tuple:
             a, k = pytree.tree_map_only(fx.Node, env.__getitem__, (node.args, node.kwargs))
             sub = _attribute(module.__dict__["_gp_root"] if node.meta.get("gp_absolute") else module, node.target)
             call = node.meta["gp_call"]
-            if call.signature is not None and not (isinstance(sub, InterpreterModule) and sub.signature is call.signature):
-                check_accepts(call.fqn, call.signature, sub, a, k)   # a module the user swapped in
+            if call.signature is not None:
+                placed = sub.__dict__.get("_gp_call_modules", {}) if isinstance(sub, InterpreterModule) else {}
+                # fx keeps dicts of node arguments as immutable_dict: rebuild the recorded containers
+                a, k = pytree.tree_unflatten(pytree.tree_leaves((a, k)), call.signature.in_spec)
+                if call in placed:
+                    sub = placed[call]   # the module unflatten placed: this call's own graph
+                else:
+                    check_accepts(call.fqn, call.signature, sub, a, k)   # a module the user swapped in
             env[node] = sub(*a, **k)
         elif op == "output":
             return fx.node.map_arg(node.args[0], env.__getitem__)
