@@ -97,3 +97,19 @@ def test_small_size_refusal_names_the_size_that_fails():
         ep.module()(torch.randn(0, 3))
     message = str(info.value)
     assert "at n = 1" in message, message
+
+
+def cond_branch_with_size_float(x):
+    return torch.cond(x.shape[0] > 2, lambda t: t * ((t.shape[0] + 1) ** -0.5), lambda t: t + 1, (x,))
+
+
+def test_cond_branch_computing_with_a_size_derived_float():
+    """The float was computed outside and passed to cond as an operand, which torch's cond
+    rejects on every call; it is computed inside the branch from the size."""
+    ep = gp.export(cond_branch_with_size_float, (torch.randn(4, 3),),
+                   dynamic_shapes=({0: gp.Dim("n", min=0, max=16)},))
+    for n in (0, 1, 2, 3, 4, 9, 16):
+        _same_as_eager(cond_branch_with_size_float, ep, torch.randn(n, 3))
+    cond = next(node for node in ep.graph.nodes if node.target is torch.ops.higher_order.cond)
+    operands = cond.args[3]
+    assert all(not isinstance(o.meta["val"], torch.SymFloat) for o in operands), operands
