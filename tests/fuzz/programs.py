@@ -663,7 +663,7 @@ def _export(prog: Program, f, args, mode, exporter):
         for d in prog.dims:
             for i, k in d.uses:
                 spec[i] = {**(spec[i] or {}), k: dims[d.name]}
-        spec = tuple(spec)
+        spec = (tuple(spec),)   # forward(*args): one entry, the spec of the args tuple
     return torch.export.export(_AsModule(f), args, dynamic_shapes=spec)
 
 
