@@ -1,6 +1,10 @@
 """Long fuzz run of graphport's capture of views / scatters / in-place writes under dynamic dims.
 
     .venv/bin/python scripts/fuzz_views.py --programs 400 --seed 0 --out fuzz_views_report.md
+    .venv/bin/python scripts/fuzz_views.py --grammar sizes --compare-torch --programs 200
+
+`--grammar sizes` draws programs from the size-arithmetic grammar (tests/fuzz/size_steps.py);
+`--compare-torch` also runs torch.export on every program and prints both side by side.
 
 Prints a summary table (outcomes, per step kind) and writes minimized reproducers, one per
 distinct bug class, to --out.
@@ -27,6 +31,9 @@ def main(argv=None):
     ap.add_argument("--minimize-per-class", type=int, default=2,
                     help="programs minimized per bug signature (distinct minimized sources are kept)")
     ap.add_argument("--no-minimize", action="store_true")
+    ap.add_argument("--grammar", choices=["views", "sizes"], default="views")
+    ap.add_argument("--compare-torch", action="store_true",
+                    help="check torch.export's programs of the same programs the same way")
     args = ap.parse_args(argv)
 
     t0 = time.time()
@@ -37,12 +44,20 @@ def main(argv=None):
     kind_total = collections.Counter()
     kind_bug = collections.Counter()
     by_sig = collections.defaultdict(list)        # signature -> [(program, finding)]
+    side_by_side = {"graphport": collections.Counter(), "torch.export": collections.Counter()}
+    bug_programs = collections.Counter()
     rank = ["ok", "refused", "refused-at-call", "wrong", "answers-where-eager-raises",
             "crash-at-call", "hang-at-call", "crash", "hang"]
     for i in range(args.programs):
         seed = args.seed * 1_000_003 + i
-        prog = generate(seed, max_steps=args.max_steps)
+        prog = generate(seed, max_steps=args.max_steps, grammar=args.grammar)
         fs = check_program(prog)
+        _tally(side_by_side["graphport"], fs)
+        bug_programs["graphport"] += bool(bugs_of(fs))
+        if args.compare_torch:
+            torch_findings = check_program(prog, exporter="torch")
+            _tally(side_by_side["torch.export"], torch_findings)
+            bug_programs["torch.export"] += bool(bugs_of(torch_findings))
         for mode in ("static", "dynamic"):
             outs = [f.outcome for f in fs if f.mode == mode and f.outcome not in ("exported", "both-raise")]
             worst = max(outs, key=lambda o: rank.index(o)) if outs else "ok"
@@ -87,6 +102,12 @@ def main(argv=None):
     print("\nPer step kind: programs containing it / of which with a bug:")
     for k, n in sorted(kind_total.items(), key=lambda kv: -kind_bug[kv[0]] / kv[1]):
         print(f"  {k:16s} {n:5d} {kind_bug[k]:5d}  ({100 * kind_bug[k] / n:.0f}%)")
+    if args.compare_torch:
+        print("\nSide by side, the same programs (exports per mode, calls of the exported program):")
+        print(f"  {'outcome':32s} {'graphport':>10s} {'torch.export':>13s}")
+        for key in sorted(set(side_by_side["graphport"]) | set(side_by_side["torch.export"])):
+            print(f"  {key:32s} {side_by_side['graphport'][key]:10d} {side_by_side['torch.export'][key]:13d}")
+        print(f"  {'programs with a bug':32s} {bug_programs['graphport']:10d} {bug_programs['torch.export']:13d}")
     print(f"\nDistinct bug signatures: {len(by_sig)}")
     for sig, lst in sorted(by_sig.items(), key=lambda kv: -len(kv[1])):
         print(f"  {len(lst):4d} programs  {' | '.join(map(str, sig))}")
@@ -109,6 +130,13 @@ def main(argv=None):
             print(f"  minimized class {n + 1}/{len(by_sig)} ({time.time() - t0:.0f}s)", flush=True)
     print(f"\nreproducers written to {args.out} ({time.time() - t0:.0f}s)")
     return 1 if by_sig else 0
+
+
+def _tally(counter, findings) -> None:
+    """Exports and calls by outcome: `export: exported|refused|crash|hang`, `call: <outcome>`."""
+    for f in findings:
+        where = "export" if f.outcome in ("exported", "refused", "crash", "hang") else "call"
+        counter[f"{where}: {f.outcome}"] += 1
 
 
 if __name__ == "__main__":

@@ -187,7 +187,10 @@ def _shape_contract(shapes: InputShapes, captured: Captured, trace: Callable) ->
             lowest -= 1
         if lowest > shapes.env.symbols[sym].declared.lower:
             refusal = report.refused.get((sym, lowest - 1))
-            reason = refusal.reason if refusal is not None else "the capture's decisions assumed larger sizes"
+            # the reason is the one size's below the valid range: it says which, so that it
+            # claims nothing of the smaller sizes refused with it (eager may run those)
+            reason = (f"at {shapes.env.symbols[sym].dim_name} = {lowest - 1}, {refusal.reason}" if refusal is not None
+                      else "the capture's decisions assumed larger sizes")
             valid_from[sym] = (lowest, reason)
             what = "narrows Dim.AUTO's range" if shapes.kinds.get(sym) == "auto" else "is refused at call time"
             shapes.specialized.append(f"{shapes.env.symbols[sym].dim_name} < {lowest} {what}: {reason}")

@@ -24,6 +24,8 @@ import torch
 
 import graphport as gp
 
+from . import size_steps
+
 # ----------------------------------------------------------------------------------------------
 # Programs
 # ----------------------------------------------------------------------------------------------
@@ -47,6 +49,7 @@ class Program:
     returns: list           # variable names returned
     dims: list = field(default_factory=list)  # [DynDim]
     seed: int = 0
+    grammar: str = "views"  # "views" (_Gen) or "sizes" (size_steps.SizeSteps)
 
     # -- rendering --------------------------------------------------------------------------
     def arg_names(self):
@@ -61,7 +64,7 @@ class Program:
         return "def f(" + ", ".join(self.arg_names()) + "):\n" + "".join(f"    {l}\n" for l in self.body())
 
     def fn(self):
-        ns = {"torch": torch}
+        ns = size_steps.namespace() if self.grammar == "sizes" else {"torch": torch}
         exec(compile(self.source(), f"<fuzz-program-{self.seed}>", "exec"), ns)
         return ns["f"]
 
@@ -104,7 +107,8 @@ class Program:
             return "(" + "".join(f"torch.randn({tuple(sh)}, dtype=torch.{dt}), "
                                  for sh, dt in zip(shapes, self.dtypes)) + ")"
         spec = self.spec_source() if mode == "dynamic" else "dynamic_shapes = None"
-        out = (f"import torch, graphport as gp\n\n{self.source()}\n{spec}\n"
+        imports = size_steps.IMPORTS if self.grammar == "sizes" else ""
+        out = (f"import torch, graphport as gp\n{imports}\n{self.source()}\n{spec}\n"
                f"ep = gp.export(f, {mk(self.shapes)}, dynamic_shapes=dynamic_shapes)\n")
         if sizes is not None or mode == "static":
             out += (f"xs = {mk(self.shapes_for(sizes))}\n"
@@ -356,13 +360,15 @@ class _Gen:
         return None
 
 
-def _run_lines(shapes, dtypes, steps, seed=0):
-    p = Program(shapes, dtypes, list(steps), ["x0"])
-    env = {"torch": torch}
+def _run_lines(shapes, dtypes, steps, seed=0, grammar="views"):
+    p = Program(shapes, dtypes, list(steps), ["x0"], grammar=grammar)
+    env = size_steps.namespace() if grammar == "sizes" else {"torch": torch}
     for i, x in enumerate(p.make_inputs(seed=seed)):
         env[f"x{i}"] = x
-    for _, src in steps:
-        exec(src, env)
+    with torch.random.fork_rng():
+        torch.manual_seed(seed)   # random operators: the same values on every run
+        for _, src in steps:
+            exec(src, env)
     return env
 
 
@@ -373,9 +379,9 @@ def _eager_ok(prog: Program, seed=0, sizes=None):
     return out, xs
 
 
-def generate(seed: int, max_steps: int = 8) -> Program:
+def generate(seed: int, max_steps: int = 8, grammar: str = "views") -> Program:
     rng = random.Random(seed)
-    g = _Gen(rng)
+    g = _Gen(rng) if grammar == "views" else size_steps.SizeSteps(rng)
     n_in = rng.choice([1, 1, 2])
     shapes, dtypes = [], []
     for i in range(n_in):
@@ -417,7 +423,7 @@ def generate(seed: int, max_steps: int = 8) -> Program:
     shapes = [tuple(s) for s in shapes]
 
     steps = []
-    env = _run_lines(shapes, dtypes, steps)
+    env = _run_lines(shapes, dtypes, steps, grammar=grammar)
     names = [f"x{i}" for i in range(n_in)]
     n_steps = rng.randint(2, max_steps)
     attempts = 0
@@ -440,8 +446,8 @@ def generate(seed: int, max_steps: int = 8) -> Program:
         try:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
-                env2 = _run_lines(shapes, dtypes, trial)
-                env3 = _run_lines(shapes, dtypes, trial)
+                env2 = _run_lines(shapes, dtypes, trial, grammar=grammar)
+                env3 = _run_lines(shapes, dtypes, trial, grammar=grammar)
             if new is not None and not isinstance(env2[new], torch.Tensor):
                 continue
             # determinism: two eager runs must agree
@@ -460,7 +466,7 @@ def generate(seed: int, max_steps: int = 8) -> Program:
             rets.append(n)
     if rng.random() < 0.3 and "x0" not in rets:
         rets.append("x0")
-    return Program(shapes, dtypes, steps, rets, dims, seed)
+    return Program(shapes, dtypes, steps, rets, dims, seed, grammar)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -586,18 +592,30 @@ def size_sweep(prog: Program, rng: random.Random, max_points: int = 14):
     return pts[:max_points * max(1, len(prog.dims))]
 
 
-def _run_at(prog: Program, f, ep, sizes, mode, call_timeout=10):
-    """Compare graphport and eager at one size point; returns a Finding."""
+def _is_refusal(error: BaseException, exporter: str) -> bool:
+    """An error of the exporter's own, saying no (a refused input, an unsupported program)."""
+    if exporter == "graphport":
+        return isinstance(error, gp.GraphportError)
+    text = str(error)   # torch.export: its input guards, its user errors
+    return (type(error).__module__.startswith("torch._dynamo") or "Expected input" in text or "Guard failed" in text
+            or "Constraints violated" in text or type(error).__name__ in ("UserError", "Unsupported"))
+
+
+def _run_at(prog: Program, f, ep, sizes, mode, call_timeout=10, exporter="graphport"):
+    """Compare the exported program and eager at one size point; returns a Finding."""
     seed = 1 + sum((i + 1) * v for i, v in enumerate((sizes or {}).values()))
     eager_exc = None
     try:
         xs_e = prog.make_inputs(sizes, seed=seed)
-        want = f(*xs_e)
+        with torch.random.fork_rng():
+            torch.manual_seed(seed)   # random operators draw the same values in both runs
+            want = f(*xs_e)
     except Exception as e:  # noqa: BLE001
         eager_exc = e
     xs_g = prog.make_inputs(sizes, seed=seed)
     try:
-        with time_limit(call_timeout):
+        with time_limit(call_timeout), torch.random.fork_rng():
+            torch.manual_seed(seed)
             got = ep.module()(*xs_g)
     except _Timeout:
         return Finding(mode, "hang-at-call", sizes)
@@ -605,7 +623,7 @@ def _run_at(prog: Program, f, ep, sizes, mode, call_timeout=10):
         et = type(e).__name__
         if eager_exc is not None:
             return Finding(mode, "both-raise", sizes, et, _first_line(e))
-        if isinstance(e, gp.GraphportError):
+        if _is_refusal(e, exporter):
             return Finding(mode, "refused-at-call", sizes, et, _first_line(e))
         return Finding(mode, "crash-at-call", sizes, et, _first_line(e), _where(e))
     if eager_exc is not None:
@@ -624,25 +642,50 @@ def _run_at(prog: Program, f, ep, sizes, mode, call_timeout=10):
     return Finding(mode, "ok", sizes)
 
 
+class _AsModule(torch.nn.Module):
+    """torch.export takes modules only."""
+
+    def __init__(self, fn):
+        super().__init__()
+        self.fn = fn
+
+    def forward(self, *args):
+        return self.fn(*args)
+
+
+def _export(prog: Program, f, args, mode, exporter):
+    if exporter == "graphport":
+        return gp.export(f, args, dynamic_shapes=prog.dynamic_shapes() if mode == "dynamic" else None)
+    spec = None
+    if mode == "dynamic":
+        dims = {d.name: torch.export.Dim(d.name, min=d.min, max=d.max) for d in prog.dims}
+        spec = [None] * len(prog.shapes)
+        for d in prog.dims:
+            for i, k in d.uses:
+                spec[i] = {**(spec[i] or {}), k: dims[d.name]}
+        spec = (tuple(spec),)   # forward(*args): one entry, the spec of the args tuple
+    return torch.export.export(_AsModule(f), args, dynamic_shapes=spec)
+
+
 def check_program(prog: Program, modes=("static", "dynamic"), export_timeout=20, sweep_seed=0,
-                  only_sizes=None):
-    """All findings for a program: one export finding per mode, then one per swept size."""
+                  only_sizes=None, exporter="graphport"):
+    """All findings for a program: one export finding per mode, then one per swept size.
+    `exporter`: "graphport", or "torch" (torch.export, for figures side by side)."""
     findings = []
     f = prog.fn()
     rng = random.Random(sweep_seed)
     for mode in modes:
-        spec = prog.dynamic_shapes() if mode == "dynamic" else None
         args = tuple(prog.make_inputs(seed=0))
         with _quiet():
             try:
-                with time_limit(export_timeout):
-                    ep = gp.export(f, args, dynamic_shapes=spec)
+                with time_limit(export_timeout), torch.random.fork_rng():
+                    ep = _export(prog, f, args, mode, exporter)
             except _Timeout:
                 findings.append(Finding(mode, "hang"))
                 continue
             except Exception as e:  # noqa: BLE001
                 et = type(e).__name__
-                if isinstance(e, gp.GraphportError):
+                if _is_refusal(e, exporter):
                     findings.append(Finding(mode, "refused", None, et, _first_line(e)))
                 else:
                     findings.append(Finding(mode, "crash", None, et, _first_line(e), _where(e)))
@@ -650,7 +693,7 @@ def check_program(prog: Program, modes=("static", "dynamic"), export_timeout=20,
             findings.append(Finding(mode, "exported"))
             pts = [None] if mode == "static" else (only_sizes or size_sweep(prog, rng))
             for sizes in pts:
-                findings.append(_run_at(prog, f, ep, sizes, mode))
+                findings.append(_run_at(prog, f, ep, sizes, mode, exporter=exporter))
     return findings
 
 

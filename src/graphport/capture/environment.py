@@ -55,6 +55,7 @@ def capture_environment(module_stack_hooks: tuple[Callable, Callable] | None, sy
             # torch's Python meta kernels and references handle symbolic sizes; many C++ ones do not
             stack.enter_context(_torch.enable_python_dispatcher())
             stack.enter_context(_symbolic_min_max())
+            stack.enter_context(_symbolic_divmod())
         stack.enter_context(_torch.below_autograd())
         yield
 
@@ -107,6 +108,26 @@ def _symbolic_min_max():
         yield
     finally:
         builtins.max, builtins.min = real_max, real_min
+
+
+@contextlib.contextmanager
+def _symbolic_divmod():
+    """`divmod(x.shape[0], 3)` is `(n // 3, n % 3)`, as Python defines it: torch's symbolic
+    values have no `__divmod__`, so the builtin would raise a TypeError on them. Calls
+    without symbolic values behave exactly as the builtin."""
+    from .sizes import is_sym
+    real_divmod = builtins.divmod
+
+    def divmod_(a, b):
+        if is_sym(a) or is_sym(b):
+            return a // b, a % b
+        return real_divmod(a, b)
+
+    builtins.divmod = divmod_
+    try:
+        yield
+    finally:
+        builtins.divmod = real_divmod
 
 
 # -- control-flow operators ------------------------------------------------------------------

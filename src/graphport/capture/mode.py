@@ -374,7 +374,8 @@ class CaptureMode(_torch.TorchDispatchMode):
                 raise UnsupportedFeatureError(
                     f"the in-place operator {func} changes a tensor's shape or strides in place",
                     fix=f"use the out-of-place form: `x = x.{func.overloadpacket.__name__.rstrip('_')}(...)`")
-            self.write(target, self.call(info.functional, args, kwargs), _FILLS.get(func, lambda *a: None)(*args))
+            fargs, fkwargs = _with_defaults(schema, info.functional._schema, args, kwargs)
+            self.write(target, self.call(info.functional, fargs, fkwargs), _FILLS.get(func, lambda *a: None)(*args))
             return target
         if info.kind is Kind.OUT:
             outs = [bound[name] for name in info.mutated_args]
@@ -509,6 +510,23 @@ def _bind(schema, args, kwargs) -> dict:
     return bound
 
 
+def _with_defaults(inplace, functional, args, kwargs) -> tuple[tuple, dict]:
+    """The in-place call's arguments for its functional counterpart, with the values of the
+    arguments the caller left at the in-place schema's default where the functional schema
+    has none (`x.bernoulli_(0.5)` reaches us without p; `bernoulli.p` requires it)."""
+    defaults = {a.name: a.default_value for a in inplace.arguments if a.has_default_value()}
+    args, kwargs = list(args), dict(kwargs)
+    for i, a in enumerate(functional.arguments):
+        given = (i < len(args) and not a.kwarg_only) or a.name in kwargs
+        if given or a.has_default_value() or a.name not in defaults:
+            continue
+        if a.kwarg_only:
+            kwargs[a.name] = defaults[a.name]
+        elif i == len(args):
+            args.append(defaults[a.name])
+    return tuple(args), kwargs
+
+
 def _unbind(schema, bound: dict) -> tuple[tuple, dict]:
     args, kwargs = [], {}
     for a in schema.arguments:
@@ -525,7 +543,8 @@ def _operator_error(func, e: Exception) -> OperatorError:
     message = str(e).strip().splitlines()[0][:500] if str(e).strip() else type(e).__name__
     return OperatorError(
         f"{func.name()} failed on the example inputs: {message}",
-        fix="this call fails the same way in eager PyTorch; check the shapes and dtypes reaching it")
+        fix="check the shapes and dtypes reaching this call (if eager PyTorch runs it with these inputs, "
+            "graphport is wrong to refuse it: please report it)")
 
 
 def _no_meta_kernel(func, error: Exception) -> UnsupportedOperatorError:

@@ -25,7 +25,7 @@ from ..source import user_stack
 from .grad import GradFlow
 from .meta_cache import MetaCache
 from .scope import Scope
-from .sizes import SizeValues, is_sym
+from .sizes import SizeValues, as_sym, emit_recipe, is_sym, recomputed_inside
 from .tracer import TracerTensor, meta_like
 
 
@@ -204,8 +204,25 @@ class Recorder:
             if self.sizes is None:
                 raise InternalError(f"the size {v} reached a graph recorded without a shape environment")
             return self.sizes.value(v, self._emit_root)
+        if scope is self.scope and self.sizes is not None and recomputed_inside(v.node):
+            return self._recompute_here(scope, v.node)
         outer = self._size_in(scope.parent, v)
         return scope.size(outer, outer) if isinstance(outer, fx.Node) else outer
+
+    def _recompute_here(self, scope: Scope, node) -> Any:
+        """A float (or bool) made from sizes, used inside a branch or loop body: computed
+        there from its recipe, its integer sizes lifted in. Lifted, it would be an operand of
+        the control-flow operator, and torch's cond, map and scan take tensors and ints only."""
+        key = ("recomputed", id(node))
+        found = scope.sizes.get(key)
+        if found is not None:
+            return found
+        if not self.sizes.env.simplify(node.expr).free_symbols:   # its sizes were fixed: a constant
+            return node.hint
+        op, *args = node.recipe
+        values = [self._size_in(scope, as_sym(a)) if hasattr(a, "recipe") else a for a in args]
+        found = scope.sizes[key] = emit_recipe(op, values, self.emit)
+        return found
 
     def _emit_root(self, target, args, kwargs=None) -> fx.Node:
         inner, self.scope = self.scope, self.root

@@ -54,7 +54,7 @@ class SizeValues:
             return found[1]
         op, *args = node.recipe
         values = [self._node_value(a, emit, cache) if isinstance(a, SymNode) else a for a in args]
-        out = _emit_recipe(op, values, emit)
+        out = emit_recipe(op, values, emit)
         if cache:
             self.made[id(node)] = (node, out)
         return out
@@ -126,7 +126,19 @@ _OPERATORS = {recipe: SYMBOLIC_SIZE_OPERATORS[name] for recipe, name in {
 }.items()}
 
 
-def _emit_recipe(op: str, args: list, emit: Callable):
+def recomputed_inside(node) -> bool:
+    """Whether a value used inside a subgraph is computed there rather than lifted in: a
+    float or bool made by Python operations on sizes (control-flow operators take only
+    tensors and integers as operands)."""
+    return isinstance(node, SymNode) and node.recipe is not None and node.pytype is not int
+
+
+def as_sym(node: SymNode):
+    """The torch value (SymInt, SymFloat, SymBool) of one of our nodes."""
+    return {int: torch.SymInt, float: torch.SymFloat, bool: torch.SymBool}[node.pytype](node)
+
+
+def emit_recipe(op: str, args: list, emit: Callable):
     """One recipe operation on graph values (nodes or Python constants)."""
     def call(fn, *a):
         if not any(isinstance(x, fx.Node) for x in a):

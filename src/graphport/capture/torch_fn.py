@@ -6,6 +6,7 @@ The same mode builds `torch.tensor(data)` in the graph when `data` holds data-de
 values (tensor_data.py): torch's constructor would need their Python values."""
 from __future__ import annotations
 
+import inspect
 from typing import Any, Callable
 
 import torch
@@ -30,6 +31,7 @@ class TorchFunctionTracker(TorchFunctionMode):
         forwards_to_torch = True   # noqa: F841 (an error raised by `func` is torch's: passes/small_sizes.py)
         if func is torch.tensor and args and has_data_dependent_values(args[0]):
             return tensor_from_symbolic(*args, **(kwargs or {}))
+        args, kwargs = _decided_flags(func, args, kwargs)
         if self.on_enter is None:   # a re-trace without source locations: only the rule above
             return func(*args, **(kwargs or {}))
         name = getattr(func, "__name__", type(func).__name__)
@@ -47,6 +49,26 @@ class TorchFunctionTracker(TorchFunctionMode):
             return result[0]
         finally:
             self.on_enter(None)
+
+
+# Flags that torch's operators take as a Python bool only (the argument parser rejects a
+# SymBool with a TypeError): `F.dropout(x, training=x.shape[0] > 2)`.
+_BOOL_FLAGS = frozenset({"training", "train", "inplace"})
+
+
+def _decided_flags(func, args: tuple, kwargs: dict | None) -> tuple[tuple, dict | None]:
+    """The call with each symbolic bool passed for a flag of `_BOOL_FLAGS` decided: from the
+    ranges where they settle it, else guarded at the example's answer (bool() of a SymBool)."""
+    if not any(isinstance(a, torch.SymBool) for a in (*args, *(kwargs or {}).values())):
+        return args, kwargs
+    try:
+        names = list(inspect.signature(func).parameters)
+    except (TypeError, ValueError):
+        return args, kwargs
+    args = tuple(bool(a) if isinstance(a, torch.SymBool) and i < len(names) and names[i] in _BOOL_FLAGS else a
+                 for i, a in enumerate(args))
+    kwargs = {k: bool(v) if isinstance(v, torch.SymBool) and k in _BOOL_FLAGS else v for k, v in (kwargs or {}).items()}
+    return args, kwargs
 
 
 # Calls that return a view or a copy depending on the layout, and calls that read it.

@@ -245,7 +245,7 @@ class _Reasoner:
             lo = hi = 0
             for arg in expr.args:
                 a, b = self.bounds(arg)
-                lo, hi = lo + a, hi + b
+                lo, hi = _add(lo, a), _add(hi, b)
             return lo, hi
         if expr.is_Mul:
             lo = hi = 1
@@ -270,6 +270,8 @@ class _Reasoner:
             lo, hi = self.bounds(expr.base)
             if lo >= 0:
                 return lo ** int(expr.exp), hi ** int(expr.exp)
+        if expr.is_Pow and expr.exp.is_Rational and not expr.exp.is_Integer:
+            return _fractional_power_bounds(self.bounds(expr.base), Fraction(int(expr.exp.p), int(expr.exp.q)))
         return -_INF, _INF
 
     def refine(self, expr: sympy.Basic) -> sympy.Basic:
@@ -442,6 +444,28 @@ def _number(value) -> int | Fraction | float:
     return float(value)   # nan for sympy's nan and zoo: nothing is known of it
 
 
+def _fractional_power_bounds(base: tuple, exp: Fraction) -> tuple:
+    """Bounds of base ** exp (a fractional power such as n ** 0.5 or n ** -0.5, real-valued
+    only for base >= 0): monotone in the base, so its ends, widened outward by a relative
+    2**-40 for the rounding of the float power that computes them."""
+    lo, hi = base
+    if not lo >= 0 or (exp < 0 and lo == 0):
+        return -_INF, _INF
+    if exp < 0:
+        lo, hi = hi, lo
+
+    def power(value):
+        if value == _INF:
+            return _INF if exp > 0 else 0
+        try:
+            return Fraction(float(value) ** float(exp))
+        except OverflowError:
+            return _INF
+    slack = Fraction(1, 2 ** 40)
+    low, high = power(lo), power(hi)
+    return low * (1 - slack), (high * (1 + slack) if high != _INF else _INF)
+
+
 def _floor_div_bound(value, k):
     """floor(value / k) for a bound `value` (an int, a Fraction or +-inf) and k > 0."""
     if value in (_INF, -_INF) or value != value:   # infinite, or nan (nothing known): kept as it is
@@ -458,9 +482,21 @@ def _sympy_number(value) -> sympy.Expr:
                                                                                         value.denominator)
 
 
+def _add(a, b):
+    """a + b for bounds; an infinite one decides without converting the other to a float
+    (a Fraction beyond a float's range, as rounding-error bounds hold, would overflow)."""
+    if a in (_INF, -_INF):
+        return a if b not in (_INF, -_INF) or b == a else math.nan
+    if b in (_INF, -_INF):
+        return b
+    return a + b
+
+
 def _mul(a, b):
     if a == 0 or b == 0:
         return 0
+    if a in (_INF, -_INF) or b in (_INF, -_INF):   # by sign: a Fraction too large or small for a float
+        return _INF if (a > 0) == (b > 0) else -_INF   # (rounding-error bounds) must not meet inf as one
     return a * b
 
 

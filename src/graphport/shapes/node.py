@@ -11,9 +11,10 @@ value (and every value computed from one that sympy cannot model exactly) also k
 operation as eager Python does, and its hint is that computation replayed on the example
 sizes. `exact` says whether `expr` equals the eager value for every size: only then do
 the ranges decide questions about it as they do for integers. An inexact value's `expr`
-is the real-number value it approximates (range decisions that are not on a boundary
-still hold) or `Opaque`. Turning such a value into a Python constant, or a question the
-ranges cannot settle, fixes the sizes it depends on, each with a guard.
+is the real-number value it approximates or `Opaque`; a comparison of such values is
+decided from the ranges only where the real difference clears the rounding error of both
+sides (shapes/float_error.py). Turning such a value into a Python constant, or a question
+the ranges cannot settle that way, fixes the sizes it depends on, each with a guard.
 """
 from __future__ import annotations
 
@@ -29,6 +30,7 @@ import torch
 from ..errors import UnsupportedFeatureError
 from .env import ShapeEnv
 from .expr import FloorDiv, Mod
+from .float_error import decide_float_relation
 from .opaque import Opaque
 
 
@@ -495,12 +497,12 @@ class SymNode:
             if decides:
                 return self.env._decide(self.env.simplify(self.expr))
             return self.env.static_value(self.expr)
-        return _static_approx(self.env, self.expr)
+        return decide_float_relation(self, self.env)
 
     def guard_bool(self, file: str = "", line: int = 0) -> bool:
         if self.recipe is None or self.exact:
             return self.env.evaluate(self.expr)
-        found = _static_approx(self.env, self.expr)
+        found = decide_float_relation(self, self.env)
         if found is not None:
             return found
         self._pin()
@@ -647,33 +649,10 @@ class _LayoutAnswer(SymNode):
         return self.wrap_bool(not self.guard_bool())
 
 
-def _static_approx(env: ShapeEnv, rel: sympy.Basic):
-    """Range decision for a relation between approximately modelled values: accepted only
-    when it does not rest on a boundary case (equality), where rounding could flip it."""
-    rel = env.simplify(rel)
-    if rel is sympy.true or rel is sympy.false or rel.has(Opaque):
-        return None
-    if not isinstance(rel, sympy.core.relational.Relational):
-        return None
-    found = env.static_value(rel)
-    if found is None:
-        return None
-    op, a, b = rel.rel_op, rel.lhs, rel.rhs
-    if op == "==":
-        return None if found else False
-    if op == "!=":
-        return True if found else None
-    strict = {"<=": sympy.Lt, ">=": sympy.Gt}.get(op)
-    loose = {"<": sympy.Le, ">": sympy.Ge}.get(op)
-    if found and strict is not None:
-        return True if env.static_value(strict(a, b, evaluate=False)) is True else None
-    if not found and loose is not None:
-        return False if env.static_value(loose(a, b, evaluate=False)) is False else None
-    return found
-
-
 def _approximate(expr: sympy.Basic) -> bool:
-    """Whether a bare expression (no node to ask) may stand for a rounded float value."""
+    """Whether a bare expression (no node to ask) may stand for a rounded float value: its
+    rounding error is known only from the node's recipe (shapes/float_error.py), so such a
+    question is left undecided."""
     return expr.has(Opaque) or any(not a.is_Integer for a in expr.atoms(sympy.Number))
 
 
@@ -716,7 +695,7 @@ class ShapeEnvAdapter:
 
     def _maybe_evaluate_static(self, expr, **kwargs):
         expr = self.env.simplify(expr)
-        found = _static_approx(self.env, expr) if _approximate(expr) else self.env.static_value(expr)
+        found = None if _approximate(expr) else self.env.static_value(expr)
         return None if found is None else sympy.true if found else sympy.false
 
     def evaluate_sym_node(self, node, size_oblivious=False, fallback_value=None):

@@ -1,0 +1,148 @@
+"""A second grammar for the random-program fuzzer (programs.py): size arithmetic and the
+statements around it.
+
+Statement families: float size arithmetic (products and quotients by inexact constants,
+roots, comparisons of two ways to write one number, ints made through floats), integer size
+arithmetic (floor division, modulo, divmod, max), dtypes and promotion, data-dependent
+values (`.item()`, `nonzero`, boolean masks), control flow with size predicates (`cond`,
+`map`, `scan`), writes to the inputs, and random operators (the oracle seeds torch's
+generator before each call). Each step is a line of Python over the tensors defined so far;
+the generator keeps only the lines eager runs.
+"""
+from __future__ import annotations
+
+import random
+
+import torch
+
+# inexact binary constants next to exact ones: the rounding of size arithmetic shows on the former
+FLOATS = ["0.1", "0.2", "0.3", "0.7", "1.5", "0.5", "2.0", "(1 / 3)", "3.0", "10.0"]
+NEAR = [   # two ways to write one real number, which doubles may round apart
+    ("(({n} * {a}) * {b})", "({n} * ({a} * {b}))"),
+    ("({n} / {a} * {a})", "{n}"),
+    ("({n} * {a} + {n} * {b})", "({n} * ({a} + {b}))"),
+    ("(({n} * {a}) * 10)", "{n}"),
+    ("({n} ** 0.5 * {n} ** 0.5)", "{n}"),
+]
+COMPARE = ["<", "<=", "==", "!=", ">", ">="]
+FAMILIES = ["float_scale", "float_branch", "int_of_float", "int_arith", "dtype", "mask", "item", "cond",
+            "cond_float", "map", "scan", "write_input", "random"]
+
+
+class SizeSteps:
+    """One random statement at a time, as programs._Gen.step does for views."""
+
+    def __init__(self, rng: random.Random):
+        self.rng = rng
+
+    def step(self, v, t, env):
+        r = self.rng
+        kind = r.choice(FAMILIES)
+        if t.dim() == 0:
+            return kind, f"{v}.reshape(1) * 2"
+        d = r.randrange(t.dim())
+        n = f"{v}.shape[{d}]"
+        make = getattr(self, "_" + kind)
+        return make(v, t, d, n)
+
+    # -- floats ---------------------------------------------------------------------------------
+
+    def _float_scale(self, v, t, d, n):
+        r = self.rng
+        a, b = r.choice(FLOATS), r.choice(FLOATS)
+        scale = r.choice([f"({n} * {a})", f"({n} / {a} + {b})", f"(({n} + 1) ** -0.5)", f"torch.sym_float({n})",
+                          f"({n} * {a} - {n} * {b})", f"(({n} + 1) ** {a})", f"(abs({n} - 3) / ({n} + 1))"])
+        return "float_scale", f"{v} * {scale}"
+
+    def _float_branch(self, v, t, d, n):
+        r = self.rng
+        a, b = r.choice(FLOATS), r.choice(FLOATS)
+        lhs, rhs = (side.format(n=n, a=a, b=b) for side in r.choice(NEAR))
+        if r.random() < 0.3:
+            lhs, rhs = f"({n} * {a})", f"({n} - {b})"
+        return "float_branch", f"({v} + 1 if {lhs} {r.choice(COMPARE)} {rhs} else {v} - 1)"
+
+    def _int_of_float(self, v, t, d, n):
+        r = self.rng
+        a = r.choice(["0.1", "0.3", "0.5", "0.7", "(1 / 3)", "0.9"])
+        length = r.choice([f"int({n} * {a})", f"math.ceil({n} * {a})", f"math.floor({n} / 3)",
+                           f"round({n} * {a})", f"int({n} * {a} * 10) // 10", f"math.ceil({n} / 3)"])
+        return "int_of_float", f"{v}.narrow({d}, 0, min({length}, {n}))"
+
+    # -- integers -------------------------------------------------------------------------------
+
+    def _int_arith(self, v, t, d, n):
+        r = self.rng
+        k = r.choice([2, 3, 4])
+        size = r.choice([f"{n} // {k} + {n} % {k}", f"divmod({n}, {k})[0]", f"divmod({n}, {k})[1] + 1",
+                         f"max({n} - {k}, 0)", f"min({n}, {k})", f"({n} + {k} - 1) // {k} * {k} - {n}"])
+        return "int_arith", r.choice([f"{v}.new_ones({size}) * {v}.sum()",
+                                      f"torch.arange({size}, dtype={v}.dtype) + {v}.mean()"])
+
+    # -- dtypes ---------------------------------------------------------------------------------
+
+    def _dtype(self, v, t, d, n):
+        r = self.rng
+        return "dtype", r.choice([
+            f"{v}.to(torch.float16) * 2", f"{v}.to(torch.int32) + {v}", f"({v} > 0) + {v}.double()",
+            f"{v}.to(torch.bfloat16).sum({d})", f"{v}.long() // 2", f"torch.where({v} > 0, {v}, 0.5)",
+            f"{v}.to(torch.int64) * 2.5", f"({v} * 100).to(torch.int8).float()", f"{v}.double() / {n}"])
+
+    # -- data-dependent values ------------------------------------------------------------------
+
+    def _mask(self, v, t, d, n):
+        r = self.rng
+        return "mask", r.choice([f"{v}[{v} > 0]", f"torch.nonzero({v} > 0)", f"{v}.masked_fill({v} < 0, 0)",
+                                 f"torch.masked_select({v}, {v} > 0.5) * 2", f"{v}[{v}.abs() > {v}.mean()]"])
+
+    def _item(self, v, t, d, n):
+        r = self.rng
+        return "item", r.choice([f"{v} * {v}.sum().item()", f"{v} + {v}.max().item() if {v}.numel() else {v}",
+                                 f"{v}.new_zeros(int(({v} > 0).sum().item())) + 1",
+                                 f"{v} * (({v} > 0).sum().item() / ({n} + 1))"])
+
+    # -- control flow ---------------------------------------------------------------------------
+
+    def _cond(self, v, t, d, n):
+        r = self.rng
+        pred = r.choice([f"{n} > {r.randint(1, 5)}", f"{n} % 2 == 0", f"{v}.sum() > 0"])
+        return "cond", (f"torch.cond({pred}, lambda a: a * 2 + a.shape[{d}], lambda a: a - 1, ({v},))")
+
+    def _cond_float(self, v, t, d, n):
+        r = self.rng
+        return "cond_float", (f"torch.cond({n} > {r.randint(1, 4)}, lambda a: a * ((a.shape[{d}] + 1) ** -0.5), "
+                              f"lambda a: a + 1, ({v},))")
+
+    def _map(self, v, t, d, n):
+        return "map", f"control_flow.map(lambda row: row * 2 + row.shape[0], {v})"
+
+    def _scan(self, v, t, d, n):
+        return "scan", f"scan(lambda c, row: (c + row, c * 2), torch.zeros_like({v}[0]), {v})[1]"
+
+    # -- writes and random operators ------------------------------------------------------------
+
+    def _write_input(self, v, t, d, n):
+        r = self.rng
+        src = r.choice(["x0.add_(1)", "x0.mul_(x0.shape[0] * 0.5)", "x0[x0 > 0] = 0", "x0.clamp_(min=-0.5)",
+                        "x0.copy_(x0 * 2)"])
+        return "write_input", src, None
+
+    def _random(self, v, t, d, n):
+        r = self.rng
+        return "random", r.choice([f"F.dropout({v}, 0.5, training=True)", f"{v}.clone().bernoulli_(0.5)",
+                                   f"torch.rand_like({v}) + {v}", f"{v} + torch.randn({v}.shape)",
+                                   f"F.dropout({v}, 0.3, training={n} > 2)"])
+
+
+def namespace() -> dict:
+    """What the programs' source may name."""
+    import math
+
+    import torch.nn.functional as F
+    from functorch.experimental import control_flow
+    from torch._higher_order_ops.scan import scan
+    return {"torch": torch, "math": math, "F": F, "control_flow": control_flow, "scan": scan}
+
+
+IMPORTS = ("import math\nimport torch.nn.functional as F\nfrom functorch.experimental import control_flow\n"
+           "from torch._higher_order_ops.scan import scan\n")

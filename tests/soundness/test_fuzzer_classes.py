@@ -1,0 +1,115 @@
+"""Classes of failures a random-program fuzzer found, each pinned by its smallest program.
+
+Each test exports the program and compares it with eager (same RNG seed for random ops)
+at the example and at other sizes in range, or checks that what graphport refuses it
+refuses with its own error class and a message that says something true.
+"""
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import graphport as gp
+
+
+def _same_as_eager(fn, ep, *args):
+    torch.manual_seed(0)
+    want = fn(*[a.clone() for a in args])
+    torch.manual_seed(0)
+    got = ep.module()(*[a.clone() for a in args])
+    torch.testing.assert_close(got, want)
+
+
+def bernoulli_in_place(x):
+    return x.clone().bernoulli_(0.5)
+
+
+def dropout_1d(x):
+    return F.dropout1d(x, 0.5, training=True)
+
+
+def dropout_2d(x):
+    return F.dropout2d(x.unsqueeze(0), 0.5, training=True)
+
+
+@pytest.mark.parametrize("fn", [bernoulli_in_place, dropout_1d, dropout_2d])
+@pytest.mark.parametrize("dynamic", [False, True])
+def test_random_ops_with_default_probability(fn, dynamic):
+    """An in-place op whose argument equals its schema's default reaches capture without it;
+    the functional counterpart requires it (bernoulli.p): it was refused with "missing value
+    for argument 'p'" even with static shapes."""
+    x = torch.randn(4, 3)
+    spec = ({0: gp.Dim("n", min=2, max=16)},) if dynamic else None
+    ep = gp.export(fn, (x,), dynamic_shapes=spec)
+    _same_as_eager(fn, ep, x)
+    if dynamic:
+        _same_as_eager(fn, ep, torch.randn(9, 3))
+
+
+def divmod_of_size(x):
+    q, r = divmod(x.shape[0], 3)
+    return x * q + r
+
+
+def test_divmod_of_a_size():
+    """divmod(size, k) was a raw TypeError (symbolic sizes have no __divmod__)."""
+    ep = gp.export(divmod_of_size, (torch.randn(4, 3),), dynamic_shapes=({0: gp.Dim("n", min=0, max=16)},))
+    for n in range(17):
+        _same_as_eager(divmod_of_size, ep, torch.randn(n, 3))
+
+
+def dropout_when_large(x):
+    return F.dropout(x, 0.5, training=x.shape[0] > 2)
+
+
+def test_dropout_training_flag_from_sizes_decided_by_ranges():
+    """A size predicate passed as `training`: decided by the ranges where they settle it."""
+    ep = gp.export(dropout_when_large, (torch.randn(4, 3),), dynamic_shapes=({0: gp.Dim("n", min=3, max=16)},))
+    for n in (3, 4, 16):
+        _same_as_eager(dropout_when_large, ep, torch.randn(n, 3))
+
+
+def test_dropout_training_flag_from_sizes_fixes_the_size_otherwise():
+    """Where they do not, the size is fixed with a guard: graphport's constraint violation,
+    not torch's argument parser's TypeError."""
+    with pytest.raises(gp.ConstraintViolationError, match="n"):
+        gp.export(dropout_when_large, (torch.randn(4, 3),), dynamic_shapes=({0: gp.Dim("n", min=0, max=16)},))
+
+
+class TrainingBatchNorm(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.bn = torch.nn.BatchNorm1d(3)
+
+    def forward(self, x):
+        return self.bn(x)
+
+
+def test_small_size_refusal_names_the_size_that_fails():
+    """Batch norm in training mode raises at batch 1 but runs at batch 0: a call at 0 may be
+    refused (the program was proven from 2 up), but the refusal must not say the program
+    fails at 0."""
+    model = TrainingBatchNorm().train()
+    ep = gp.export(model, (torch.randn(4, 3),), dynamic_shapes=({0: gp.Dim("n", min=0, max=16)},))
+    TrainingBatchNorm().train()(torch.randn(0, 3))   # eager runs at 0
+    with pytest.raises(gp.InputMismatchError) as info:
+        ep.module()(torch.randn(0, 3))
+    message = str(info.value)
+    assert "at n = 1" in message, message
+
+
+def cond_branch_with_size_float(x):
+    return torch.cond(x.shape[0] > 2, lambda t: t * ((t.shape[0] + 1) ** -0.5), lambda t: t + 1, (x,))
+
+
+def test_cond_branch_computing_with_a_size_derived_float():
+    """The float was computed outside and passed to cond as an operand, which torch's cond
+    rejects on every call; it is computed inside the branch from the size."""
+    ep = gp.export(cond_branch_with_size_float, (torch.randn(4, 3),),
+                   dynamic_shapes=({0: gp.Dim("n", min=0, max=16)},))
+    for n in (0, 1, 2, 3, 4, 9, 16):
+        _same_as_eager(cond_branch_with_size_float, ep, torch.randn(n, 3))
+    cond = next(node for node in ep.graph.nodes if node.target is torch.ops.higher_order.cond)
+    operands = cond.args[3]
+    assert all(not isinstance(o.meta["val"], torch.SymFloat) for o in operands), operands
