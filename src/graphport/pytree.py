@@ -35,6 +35,34 @@ def register_dataclass(cls: type, *, serialized_type_name: str | None = None) ->
         serialized_type_name=serialized_type_name or f"{cls.__module__}.{cls.__qualname__}")
 
 
+def flatten_with_paths(tree: Any) -> tuple[list[tuple[tuple, Any]], Any]:
+    """(path, leaf) pairs and the spec of a pytree, like pytree.tree_flatten_with_path, for any registered node.
+
+    pytree's own version refuses a node type registered without a flatten_with_keys_fn
+    (diffusers registers its output classes that way); such a node's children are keyed by
+    their position (`[0]`, `[1]`), every other node by its own keys. The spec is
+    tree_flatten's, so unflattening is unchanged.
+    """
+    leaves, spec = pytree.tree_flatten(tree)
+    pairs: list[tuple[tuple, Any]] = []
+    _walk(tree, spec, (), pairs)
+    assert len(pairs) == len(leaves)
+    return pairs, spec
+
+
+def _walk(tree: Any, spec: Any, path: tuple, pairs: list) -> None:
+    if spec.is_leaf():
+        pairs.append((path, tree))
+        return
+    node = pytree.SUPPORTED_NODES[spec.type]
+    if node.flatten_with_keys_fn is not None:
+        keyed = node.flatten_with_keys_fn(tree)[0]
+    else:
+        keyed = [(pytree.SequenceKey(i), child) for i, child in enumerate(node.flatten_fn(tree)[0])]
+    for (key, child), child_spec in zip(keyed, spec.children(), strict=True):
+        _walk(child, child_spec, path + (key,), pairs)
+
+
 def key_to_str(key: Any) -> str:
     if isinstance(key, pytree.SequenceKey):
         return str(key.idx)

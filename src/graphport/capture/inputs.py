@@ -10,7 +10,7 @@ import torch
 
 from .. import _torch
 from ..errors import UnsupportedInputError
-from ..pytree import key_to_str, leaf_name, path_to_str
+from ..pytree import flatten_with_paths, key_to_str, leaf_name, path_to_str
 from ..shapes.node import symint
 from ..shapes.spec import InputShapes
 from ..signature import ConstantArgument, InputKind, InputSpec, SymIntArgument, TensorArgument
@@ -42,7 +42,7 @@ class UserInputs:
 
 def trace_inputs(rec: Recorder, args: tuple, kwargs: dict, arg_names: list[str],
                  shapes: InputShapes | None) -> UserInputs:
-    flat, in_spec = pytree.tree_flatten_with_path((args, kwargs))
+    flat, in_spec = flatten_with_paths((args, kwargs))
     leaves, specs, paths, aliases, nodes = [], [], [], {}, {}
     seen: dict[int, int] = {}   # id(tensor) -> index of its first occurrence among the leaves
     for i, (path, leaf) in enumerate(flat):
@@ -121,7 +121,7 @@ def argument_names(fn: Callable, args: tuple, kwargs: dict) -> list[str]:
 
 def input_paths(args: tuple, kwargs: dict, arg_names: list[str]) -> list[str]:
     """Printable path (`d['a'][0]`) of every flat input leaf, in flattening order."""
-    flat = pytree.tree_flatten_with_path((args, kwargs))[0]
+    flat = flatten_with_paths((args, kwargs))[0]
     return [leaf_naming(path, arg_names)[1] for path, _ in flat]
 
 

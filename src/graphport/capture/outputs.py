@@ -12,7 +12,7 @@ import torch.fx as fx
 
 from .. import _torch
 from ..errors import UnsupportedInputError
-from ..pytree import path_to_str
+from ..pytree import flatten_with_paths, path_to_str
 from ..signature import (ConstantArgument, ExportGraphSignature, InputKind, InputSpec, OutputKind, OutputSpec,
                          SymBoolArgument, SymFloatArgument, SymIntArgument, TensorArgument)
 from ..source import format_stack_trace
@@ -28,7 +28,7 @@ pytree = _torch.pytree
 def finish_graph(rec: Recorder, out: Any, inputs: UserInputs, state: ModuleState | None,
                  fallback_stack: tuple) -> tuple[ExportGraphSignature, Any]:
     """Write the output node, order the placeholders; return the signature and out spec."""
-    flat_out, out_spec = pytree.tree_flatten_with_path(out)
+    flat_out, out_spec = flatten_with_paths(out)
     # Values made from here on (sizes returned, views re-derived) have no frame of their
     # own: they are attributed to the program's last recorded line.
     last = next((n for n in reversed(rec.graph.nodes) if n.meta.get("gp_stack")), None)

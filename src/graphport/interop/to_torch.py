@@ -22,7 +22,7 @@ import torch.fx as fx
 from torch._dynamo.source import TensorProperty, TensorPropertySource
 from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.fx.experimental.symbolic_shapes import CallMethodKey, ShapeEnv, ValueRangesSLoc, free_unbacked_symbols
-from torch.utils._pytree import SequenceKey, keystr, tree_flatten, tree_flatten_with_path, tree_unflatten
+from torch.utils._pytree import SequenceKey, keystr, tree_flatten, tree_unflatten
 from torch.utils._sympy.functions import FloorDiv, PythonMod
 from torch._export.verifier import TrainingIRVerifier, Verifier
 from torch._guards import GuardSource, ShapeGuard, Source
@@ -30,6 +30,7 @@ from torch._guards import GuardSource, ShapeGuard, Source
 from .. import signature as gsig
 from ..errors import UnsupportedFeatureError
 from ..program import ExportedProgram, ModuleCallEntry
+from ..pytree import flatten_with_paths
 from ..shapes.contract import ComputedValue, InputDimension, ShapeContract, SymbolFact
 from ..shapes.expr import INF, ValueRange
 from .symbols import SymbolMap, range_to_torch, torch_symbol
@@ -166,7 +167,7 @@ def _input_paths(ep: ExportedProgram) -> list[str]:
     if len(bound) != len(args) + len(kwargs):
         raise UnsupportedFeatureError("the program's positional inputs have no names, so torch.export's module() "
                                       "cannot check their sizes", fix="export the program again with graphport.export")
-    return ["L" + keystr(path) for path, _ in tree_flatten_with_path(bound)[0]]
+    return ["L" + keystr(path) for path, _ in flatten_with_paths(bound)[0]]
 
 
 @dataclasses.dataclass(frozen=True)

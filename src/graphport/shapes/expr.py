@@ -17,6 +17,8 @@ from functools import lru_cache
 
 import sympy
 
+from .int_bounds import floordiv_bounds, mod_bounds, pow_bounds
+
 INF = sympy.oo
 
 
@@ -253,23 +255,22 @@ class _Reasoner:
                 lo, hi = _product_bounds(lo, hi, *self.bounds(arg))
             return lo, hi
         if isinstance(expr, FloorDiv):
-            (a_lo, a_hi), (b_lo, b_hi) = self.bounds(expr.args[0]), self.bounds(expr.args[1])
-            if b_lo > 0 and a_lo >= 0:
-                return (a_lo // b_hi if b_hi != _INF else 0), (a_hi // b_lo if a_hi != _INF else _INF)
-            if b_lo == b_hi and b_lo > 0:   # by a positive constant: monotone in a, of any sign (-h // 4)
-                return _floor_div_bound(a_lo, b_lo), _floor_div_bound(a_hi, b_lo)
-            return -_INF, _INF
+            num, den = expr.args
+            multiple_of = int(den) if _exactly_divisible(expr) else None   # a padded size over its multiple
+            found = floordiv_bounds(self.bounds(num), self.bounds(den), multiple_of)
+            return found if found is not None else (-_INF, _INF)
         if isinstance(expr, Mod):
             b_lo, b_hi = self.bounds(expr.args[1])
+            found = mod_bounds(self.bounds(expr.args[0]), (b_lo, b_hi))
+            if found is not None:
+                return found
             return (_min(0, b_lo + 1) if b_lo != -_INF else -_INF), (_max(0, b_hi - 1) if b_hi != _INF else _INF)
         if isinstance(expr, (sympy.Max, sympy.Min)):
             pairs = [self.bounds(a) for a in expr.args]
             pick = _max if isinstance(expr, sympy.Max) else _min
             return pick(p[0] for p in pairs), pick(p[1] for p in pairs)
         if expr.is_Pow and expr.exp.is_Integer and expr.exp > 0:
-            lo, hi = self.bounds(expr.base)
-            if lo >= 0:
-                return lo ** int(expr.exp), hi ** int(expr.exp)
+            return pow_bounds(self.bounds(expr.base), int(expr.exp))
         if expr.is_Pow and expr.exp.is_Rational and not expr.exp.is_Integer:
             return _fractional_power_bounds(self.bounds(expr.base), Fraction(int(expr.exp.p), int(expr.exp.q)))
         return -_INF, _INF
@@ -396,7 +397,7 @@ class _Reasoner:
         rel = self.refine(rel)
         if rel is sympy.true or rel is sympy.false:
             return bool(rel)
-        lo, hi = self.sign_bounds(sympy.expand(rel.lhs - rel.rhs))
+        lo, hi = self._difference_bounds(rel.lhs - rel.rhs)
         op = rel.rel_op
         if op in ("==", "!="):
             equal = True if lo == hi == 0 else (False if (lo > 0 or hi < 0) else None)
@@ -410,6 +411,18 @@ class _Reasoner:
         if op == ">=":
             return True if lo >= 0 else (False if hi < 0 else None)
         return None
+
+    def _difference_bounds(self, diff: sympy.Expr) -> tuple:
+        """Bounds of `lhs - rhs`: of its expanded sum (where terms that move together cancel
+        and factor), intersected with the bounds of the difference as written, piece by
+        piece (a product or power of floor divisions that expanding would split into terms
+        bounded apart: `(((s + 240)//320) - 1)**2`, `b*(s//5 - 1) - 1`)."""
+        expanded = sympy.expand(diff)
+        lo, hi = self.sign_bounds(expanded)
+        if _settled(lo, hi) or diff == expanded:
+            return lo, hi
+        w_lo, w_hi = self.bounds(diff)
+        return _max(lo, w_lo), _min(hi, w_hi)
 
     def _at_point(self, rel: sympy.Basic) -> bool | None:
         """The relation's value where each of its symbols has a one-point range: evaluated
@@ -464,13 +477,6 @@ def _fractional_power_bounds(base: tuple, exp: Fraction) -> tuple:
     slack = Fraction(1, 2 ** 40)
     low, high = power(lo), power(hi)
     return low * (1 - slack), (high * (1 + slack) if high != _INF else _INF)
-
-
-def _floor_div_bound(value, k):
-    """floor(value / k) for a bound `value` (an int, a Fraction or +-inf) and k > 0."""
-    if value in (_INF, -_INF) or value != value:   # infinite, or nan (nothing known): kept as it is
-        return value
-    return math.floor(Fraction(value) / Fraction(k))
 
 
 def _sympy_number(value) -> sympy.Expr:

@@ -16,6 +16,7 @@ import torch
 
 from .. import _torch
 from ..errors import ConstraintViolationError, InvalidDimError, UnsupportedInputError
+from ..pytree import flatten_with_paths
 from .dims import INT_OO, DerivedDim, Dim, ShapesCollection, _DimHint
 from .env import ShapeEnv
 from .expr import ValueRange
@@ -154,7 +155,7 @@ def _per_dim(spec, tensor: torch.Tensor, where: str, inputs, whole_spec) -> dict
 
 def resolve(dynamic_shapes, args: tuple, kwargs: dict, arg_names: list[str], paths: list[str]) -> InputShapes:
     """Symbolic sizes for every tensor input, and the shape environment that owns them."""
-    flat = pytree.tree_flatten_with_path((args, kwargs))[0]
+    flat = flatten_with_paths((args, kwargs))[0]
     inputs = {**dict(zip(arg_names, args)), **kwargs}
     per_leaf: dict[int, dict[int, Any]] = {}
     if isinstance(dynamic_shapes, ShapesCollection):
