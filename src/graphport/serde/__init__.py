@@ -10,7 +10,8 @@
     graph_json.py    fx graphs and their subgraphs
     program_json.py  the whole program (graphport.json)
     check.py         load-time recomputation of every node's value
-    schema.py        the JSON Schema of graphport.json and a validator for it
+    schema.py        schema.json, the JSON Schema of graphport.json, and the check against it
+    integrity.py     checksums of the stored weights, written at save and checked at load
     api.py           save / load
 """
 from .api import load, save
