@@ -24,6 +24,7 @@ from ..passes.verifier import verify
 from ..program import ExportedProgram
 from .archive import ArchiveReader, ArchiveWriter, dump_json
 from .check import check_graph
+from .coherence import check_coherence
 from .direct_io import DirectRegionFile
 from .integrity import check_member, check_tensors, checksums
 from .program_json import check_version, program_from_json, program_to_json
@@ -158,6 +159,7 @@ def _load(reader: ArchiveReader, extra_files: dict | None, weights: dict | None,
             member = f"extra/{name}"
             if member in reader.members:
                 extra_files[name] = reader.read(member, reader.limits.max_extra_file_bytes).decode("utf-8", "replace")
+    check_coherence(ep)
     check_graph(ep.graph_module, env)
     finish_metadata(ep.graph_module)
     try:
