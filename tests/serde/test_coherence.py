@@ -26,11 +26,12 @@ def _source(doc) -> dict:
     (lambda d: _source(d).update(dim=None), ["not an integer input"]),
     (lambda d: _source(d).update(coeff=0), ["coefficient 0"]),
     (lambda d: d["shape_contract"]["dims"][0].update(input=1), ["input 1"]),
+    (lambda d: d["shape_contract"]["symbols"][0].update(symbol="t0"), ["symbol s0"]),
     (lambda d: d.update(input_aliases=[[0, 0]]), ["input_aliases"]),
     (lambda d: d.update(input_paths=["x", "y"]), ["input_paths"]),
     (lambda d: d["module_call_graph"][0]["signature"].update(out_spec={"type": "builtins.tuple", "context": None,
                                                                        "children": ["*", "*"]}), ["2 leaves"]),
-], ids=["source input", "source dim", "int source", "coefficient", "dims input", "alias", "paths", "out leaves"])
+], ids=["source input", "source dim", "int source", "coefficient", "dims input", "undefined symbol", "alias", "paths", "out leaves"])
 def test_sections_that_disagree_are_refused_at_load(archive, edit, words):
     err = refused(with_doc(archive, edit), "does not hold together", *words)
     assert "save the program again" in err.fix

@@ -45,8 +45,17 @@ def check_coherence(ep: ExportedProgram) -> None:
             _check_dimension(values, src.index, src.dim, f"the shape contract's symbol {sym}")
             if src.coeff < 1:
                 _fail(f"the shape contract reads {sym} with the coefficient {src.coeff}")
-    for index, dim, _ in contract.dims:
+    for index, dim, expr in contract.dims:
         _check_dimension(values, index, dim, "a dimension of the shape contract")
+        _check_symbols(expr, contract.symbols, f"dimension {dim} of input {index}")
+    for relation in contract.relations:
+        _check_symbols(relation.rel, contract.symbols, "a relation")
+
+
+def _check_symbols(expr, defined, what: str) -> None:
+    unknown = sorted(s.name for s in expr.free_symbols if s not in defined)
+    if unknown:
+        _fail(f"the shape contract's {what} uses the symbol {unknown[0]}, which the contract does not define")
 
 
 def _placeholder_values(ep: ExportedProgram, names: list[str]) -> list[Any]:
