@@ -1,14 +1,33 @@
 """Mutated archives for fuzzing load: byte flips and truncations of the whole file, and
 structural edits of graphport.json and the safetensors header repacked into a valid zip
-(so the edits get past the checksums and reach the decoders)."""
+(so the edits get past the checksums and reach the decoders).
+
+`try_archive` is one fuzz case: load the mutant (from a file object or from a path, where
+the weights are memory-mapped), and if it loads, print it and run it on the original's
+example inputs. Load either refuses with ArtifactError or returns a program that prints
+and runs, or refuses the inputs with a call-time error the program states; any other
+exception escapes, for the caller to report."""
 from __future__ import annotations
 
 import io
 import json
+import os
 import random
 import struct
+import tempfile
 import zipfile
 from typing import Any
+
+import torch
+
+import graphport as gp
+from graphport import _torch
+from graphport.errors import CallSignatureError, InputMismatchError, RuntimeCheckError
+
+# What a loaded program may raise when called: the inputs do not fit what it states (a
+# mutated range, shape or structure), or one of its run-time checks fails. Nothing else.
+CALL_REFUSALS = (InputMismatchError, CallSignatureError, RuntimeCheckError)
+OUTCOMES = ("refused", "ran", "refused_inputs")
 
 _VALUES: list[Any] = [None, True, False, 0, -1, 1, 2**63, -2**70, 1.5, "", "x", "aten::add.Tensor", "s0", "inf",
                       [], {}, [1, 2], {"node": "x"}, {"tuple": []}, {"sym": {"type": "int", "expr": ["sym", "s9"]}},
@@ -96,3 +115,28 @@ def mutate(archive: bytes, rng: random.Random) -> bytes:
             n_field = struct.pack("<Q", len(text))
         parts["weights.safetensors"] = n_field + text + weights[8 + n:]
     return _repack(parts)
+
+
+def try_archive(data: bytes, example: tuple[tuple, dict], from_path: bool) -> str:
+    """One of OUTCOMES: 'refused' (ArtifactError at load), 'ran' (it loaded, printed and
+    ran), 'refused_inputs' (it loaded and printed, and refused the inputs when called)."""
+    try:
+        if from_path:
+            fd, path = tempfile.mkstemp(suffix=".gport")
+            try:
+                with os.fdopen(fd, "wb") as out:
+                    out.write(data)
+                ep = gp.load(path)
+            finally:
+                os.unlink(path)
+        else:
+            ep = gp.load(io.BytesIO(data))
+    except gp.ArtifactError:
+        return "refused"
+    str(ep)
+    args, kwargs = _torch.pytree.tree_map_only(torch.Tensor, lambda t: t.clone(), example)
+    try:
+        ep.module()(*args, **kwargs)
+    except CALL_REFUSALS:
+        return "refused_inputs"
+    return "ran"

@@ -68,7 +68,7 @@ def test_contract_and_environment_must_agree(program):
 
 @pytest.mark.parametrize("edit,words", [
     (lambda dd: dd["symbols"][0].update(kind="complex"), ["kind"]),
-    (lambda dd: dd["symbols"][0].update(type="str"), ["data-dependent symbol entry"]),
+    (lambda dd: dd["symbols"][0].update(type="str"), ["symbols[0].type"]),
     (lambda dd: dd["symbols"].append(dict(dd["symbols"][0])), ["twice"]),
     (lambda dd: dd["facts"].append([["sym", "u9"], ">="]), ["u9"]),
     (lambda dd: dd["facts"].append([["sym", "u0"], "<"]), ["fact"]),

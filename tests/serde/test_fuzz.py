@@ -1,15 +1,17 @@
-"""A few thousand mutated archives: load either returns a program or raises ArtifactError.
-(scripts/fuzz_artifact.py runs the same mutations for as long as you like.)"""
+"""A few thousand mutated archives: load either raises ArtifactError or returns a program
+that prints and runs on the original's example inputs (or refuses them with a call-time
+error); one case in four loads from a path, where weights are memory-mapped.
+(scripts/fuzz_artifact.py runs the same cases for as long as you like.)"""
 from __future__ import annotations
 
-import io
+import collections
 import random
 
 import torch
 
 import graphport as gp
 from .helpers import saved
-from .mutations import mutate
+from .mutations import mutate, try_archive
 
 
 class Small(torch.nn.Module):
@@ -23,19 +25,23 @@ class Small(torch.nn.Module):
         return self.lin(x).relu() * (x.shape[0] // 2), x.sum(1)
 
 
-def test_mutated_archives_load_or_raise_artifact_error():
-    ep = gp.export(Small(), (torch.randn(5, 4),), dynamic_shapes={"x": {0: gp.Dim("n", min=2, max=32)}})
+def dynamic_program() -> gp.ExportedProgram:
+    return gp.export(Small(), (torch.randn(5, 4),), dynamic_shapes={"x": {0: gp.Dim("n", min=2, max=32)}})
+
+
+def fuzz(ep: gp.ExportedProgram, cases: int, seed: int) -> collections.Counter:
+    """Outcomes of `cases` mutants of `ep`'s archive (case i is reproduced by seed and i)."""
     archive = saved(ep)
-    rng = random.Random(12)
-    outcomes = {"loaded": 0, "refused": 0}
-    for _ in range(2000):
-        case = mutate(archive, rng)
-        try:
-            gp.load(io.BytesIO(case))
-            outcomes["loaded"] += 1
-        except gp.ArtifactError:
-            outcomes["refused"] += 1
-    assert outcomes["refused"] > 1000 and outcomes["loaded"] > 0
+    outcomes: collections.Counter = collections.Counter()
+    for case in range(cases):
+        rng = random.Random(seed * 1_000_003 + case)
+        outcomes[try_archive(mutate(archive, rng), ep.example_inputs, from_path=case % 4 == 0)] += 1
+    return outcomes
+
+
+def test_mutated_archives_are_refused_at_load_or_print_and_run():
+    outcomes = fuzz(dynamic_program(), 1500, seed=12)
+    assert outcomes["refused"] > 1000 and outcomes["ran"] > 0
 
 
 class Counted(torch.nn.Module):
@@ -52,15 +58,6 @@ def data_dependent_program() -> gp.ExportedProgram:
     return gp.export(Counted(), (torch.randn(6), torch.tensor(3)))
 
 
-def test_mutated_data_dependent_archives_load_or_raise_artifact_error():
-    archive = saved(data_dependent_program())
-    rng = random.Random(7)
-    outcomes = {"loaded": 0, "refused": 0}
-    for _ in range(250):
-        case = mutate(archive, rng)
-        try:
-            gp.load(io.BytesIO(case))
-            outcomes["loaded"] += 1
-        except gp.ArtifactError:
-            outcomes["refused"] += 1
-    assert outcomes["refused"] > 100 and outcomes["loaded"] > 0
+def test_mutated_data_dependent_archives_are_refused_at_load_or_print_and_run():
+    outcomes = fuzz(data_dependent_program(), 250, seed=7)
+    assert outcomes["refused"] > 100 and outcomes["ran"] > 0

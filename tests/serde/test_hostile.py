@@ -164,7 +164,8 @@ def test_pickle_is_never_read(archive):
 
 def test_unknown_container_type_names_it(archive):
     def container(doc):
-        doc["module_call_graph"][0]["signature"]["in_spec"]["type"] = "mypkg.Fancy"
+        doc["module_call_graph"][0]["signature"]["out_spec"] = {"type": "mypkg.Fancy", "context": None,
+                                                                 "children": ["*"]}
     err = refused(with_doc(archive, container), "mypkg.Fancy")
     assert "import" in err.fix
 
@@ -181,7 +182,7 @@ def test_nothing_in_the_file_reaches_the_code_fx_compiles(archive, tmp_path):
     def kwarg_key(doc):
         node = next(n for n in doc["graph"]["nodes"] if n["name"] == "relu")
         node["kwargs"] = {f"x=0, **{{}}); {payload}; (": 1}
-    refused(with_doc(archive, kwarg_key), "identifiers")
+    refused(with_doc(archive, kwarg_key), "kwargs")
 
     def comment(doc):
         node = next(n for n in doc["graph"]["nodes"] if n["name"] == "relu")

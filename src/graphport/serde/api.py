@@ -2,10 +2,11 @@
 
 save writes the archive to a temporary file in the target's folder, flushes and syncs
 it, then renames it over the target: a reader (or a crash) sees the old file or the new
-one, never a partial one. load reads nothing but data: it checks the archive, rebuilds
-the program from fixed tables and registered operators, recomputes every node's shapes
-and dtypes on meta values to check the graph against its own metadata, and runs the IR
-verifier.
+one, never a partial one. load reads nothing but data: it checks the archive, validates
+graphport.json against the format's JSON Schema, rebuilds the program from fixed tables
+and registered operators, recomputes every node's shapes and dtypes on meta values to
+check the graph against its own metadata, runs the IR verifier, and checks the stored
+weights' bytes against their checksums (integrity.py).
 """
 from __future__ import annotations
 
@@ -23,10 +24,13 @@ from ..passes.verifier import verify
 from ..program import ExportedProgram
 from .archive import ArchiveReader, ArchiveWriter, dump_json
 from .check import check_graph
+from .coherence import check_coherence
 from .direct_io import DirectRegionFile
-from .program_json import program_from_json, program_to_json
+from .integrity import check_member, check_tensors, checksums
+from .program_json import check_version, program_from_json, program_to_json
+from .schema import validate_document
 from .state import TensorBinder, TensorTable
-from .weights import MEMBER as WEIGHTS, decode_safetensors, encode_safetensors
+from .weights import MEMBER as WEIGHTS, StoredWeights, decode_safetensors, encode_safetensors, stored_bytes
 
 PathOrFile = str | os.PathLike | IO[bytes]
 
@@ -41,7 +45,11 @@ def save(ep: ExportedProgram, f: PathOrFile, *, extra_files: dict[str, str | byt
     extras = _extra_bytes(extra_files or {})
     table = TensorTable()
     with cycle_collection_paused():
-        doc = dump_json(program_to_json(ep, table, sorted(extras)))
+        content = program_to_json(ep, table, sorted(extras))
+        if table.data:
+            content["weight_checksums"] = checksums(
+                {key: (lambda t=tensor: stored_bytes(t)) for key, tensor in table.data.items()})
+        doc = dump_json(content)
     if isinstance(f, (str, os.PathLike)):
         _atomic_write(os.fspath(f), lambda out: _write(out, doc, table, extras))
     else:
@@ -108,17 +116,22 @@ def _file_mode(path: str) -> int:
 
 @cycle_collection_paused()
 def load(f: PathOrFile, *, extra_files: dict[str, Any] | None = None,
-         weights: dict[str, torch.Tensor] | str | os.PathLike | None = None) -> ExportedProgram:
+         weights: dict[str, torch.Tensor] | str | os.PathLike | None = None,
+         check_weights: bool = True) -> ExportedProgram:
     """Read a program saved by `save`. No code from the file runs.
 
     `extra_files`: its keys are filled in with the saved extra files' text (as torch.export.load).
     `weights`: a state dict or a safetensors path binding the weights of a program saved as
-    structure only (exported on the meta device); they may also replace stored ones."""
+    structure only (exported on the meta device); they may also replace stored ones.
+    `check_weights`: check every stored tensor's bytes against the checksum written at save
+    before returning (reads all the weights once). False keeps a load from a path lazy (weights
+    are read from the memory map as they are used) and leaves the mapped weights unchecked:
+    for multi-gigabyte programs whose file is trusted (docs/format.md, Integrity)."""
     bound = _weights(weights)
     reader = ArchiveReader(f)
     try:
         with cycle_collection_paused():
-            return _load(reader, extra_files, bound)
+            return _load(reader, extra_files, bound, check_weights)
     except ArtifactError:
         raise
     except GraphportError as e:   # the program the archive describes does not hold together
@@ -130,10 +143,13 @@ def load(f: PathOrFile, *, extra_files: dict[str, Any] | None = None,
         reader.close()
 
 
-def _load(reader: ArchiveReader, extra_files: dict | None, weights: dict | None) -> ExportedProgram:
+def _load(reader: ArchiveReader, extra_files: dict | None, weights: dict | None,
+          check_weights: bool) -> ExportedProgram:
     doc = reader.read_json("graphport.json")
-    stored = decode_safetensors(reader) if WEIGHTS in reader.members else {}
-    ep, env = program_from_json(doc, TensorBinder(stored), weights)
+    check_version(doc)   # an unknown major version is named as such, before its form is judged
+    validate_document(doc)
+    stored = decode_safetensors(reader) if WEIGHTS in reader.members else None
+    ep, env = program_from_json(doc, TensorBinder(stored.tensors if stored is not None else {}), weights)
     declared = doc.get("extra_files")
     if not isinstance(declared, list) or sorted(f"extra/{n}" for n in declared if isinstance(n, str)) != \
             sorted(m for m in reader.members if m.startswith("extra/")):
@@ -143,13 +159,25 @@ def _load(reader: ArchiveReader, extra_files: dict | None, weights: dict | None)
             member = f"extra/{name}"
             if member in reader.members:
                 extra_files[name] = reader.read(member, reader.limits.max_extra_file_bytes).decode("utf-8", "replace")
+    check_coherence(ep)
     check_graph(ep.graph_module, env)
     finish_metadata(ep.graph_module)
     try:
         verify(ep)
     except GraphportError as e:
         raise ArtifactError(f"the loaded program breaks the IR contract: {e.what}") from None
+    if stored is not None and check_weights:   # last: the cheap checks refuse a broken file first
+        _check_weights(stored, doc, reader)
     return ep
+
+
+def _check_weights(stored: StoredWeights, doc: dict, reader: ArchiveReader) -> None:
+    """Per-tensor checksums where the archive has them (format 1.2 on); an older archive's
+    mapped weights member against the zip directory's CRC (read whole, it was checked as read)."""
+    if "weight_checksums" in doc:
+        check_tensors(stored.raw, doc["weight_checksums"])
+    elif stored.mapped:
+        check_member(stored.member, reader.members[WEIGHTS].crc, WEIGHTS)
 
 
 def _weights(weights) -> dict[str, torch.Tensor] | None:

@@ -3,7 +3,8 @@
 Top-level keys, in the order they are written: format, version, custom_ops, shape_env,
 graph, signature, state_dict, constants, range_constraints, shape_contract,
 module_call_graph, input_paths, input_aliases, shape_report, example_inputs,
-extra_files. docs/format.md has the schema.
+extra_files (api.save adds weight_checksums, last). schema.json is the format's JSON Schema;
+load validates the document against it before anything here reads it.
 """
 from __future__ import annotations
 
@@ -28,7 +29,7 @@ from .treespec import treespec_from_json, treespec_to_json
 from .values import Decoder, dtype_name, encode
 
 FORMAT = "graphport"
-VERSION = (1, 1)
+VERSION = (1, 2)
 pytree = _torch.pytree
 
 _ARGUMENTS = {"tensor": TensorArgument, "symint": SymIntArgument, "symfloat": SymFloatArgument,

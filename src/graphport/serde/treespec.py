@@ -3,8 +3,10 @@
 A container type is written by the name pytree registered it under; loading finds it
 among the types registered in this process (torch's builtin containers, graphport's
 register_dataclass, transformers' ModelOutput classes, ...) or, for a named tuple, among
-the modules already imported. Nothing is imported by name: a missing type is an error
-that names it and says what to import.
+the modules already imported. Nothing is imported by name. A type this process has not
+registered whose context is its list of keys (ModelOutput, diffusers' BaseOutput,
+dataclasses) loads as a Record (records.py), which saves back as the original type; any
+other missing type is an error that names it and says what to import.
 """
 from __future__ import annotations
 
@@ -13,6 +15,7 @@ from typing import Any
 
 from .. import _torch
 from ..errors import ArtifactError
+from .records import Record, record_spec_parts, saved_type_and_context
 from .symbolic import _short
 from .values import Decoder, encode
 
@@ -34,7 +37,9 @@ def treespec_to_json(spec: Any) -> Any:
         return LEAF
     typ = spec.type
     name = _type_name(typ)
-    if name == _NAMEDTUPLE:   # one pytree node type for all named tuples; the class is the context
+    if typ is Record:   # a type the loading process had not registered: saved back as itself
+        name, context = saved_type_and_context(spec.context)
+    elif name == _NAMEDTUPLE:   # one pytree node type for all named tuples; the class is the context
         cls = spec.context
         context = {"class": f"{cls.__module__}.{cls.__qualname__}", "fields": list(cls._fields)}
     else:
@@ -53,12 +58,15 @@ def treespec_from_json(data: Any) -> Any:
         typ, context = pytree.SERIALIZED_TYPE_TO_PYTHON_TYPE[_NAMEDTUPLE], _namedtuple(data.get("context"))
     else:
         typ = pytree.SERIALIZED_TYPE_TO_PYTHON_TYPE.get(name)
-        if typ is None or typ not in pytree.SUPPORTED_NODES:
-            raise ArtifactError(f"the program's inputs or outputs use the container type {name}, which is not "
-                                "registered as a pytree node in this process",
-                                fix=f"import the module that defines {name} (and registers it with pytree) before "
-                                    "graphport.load")
         context = Decoder(None, context="pytree spec").decode(data.get("context"))
+        if typ is None or typ not in pytree.SUPPORTED_NODES or typ is Record:
+            stand_in = record_spec_parts(name, context, children)
+            if stand_in is None:
+                raise ArtifactError(f"the program's inputs or outputs use the container type {name}, which is not "
+                                    "registered as a pytree node in this process",
+                                    fix=f"import the module that defines {name} (and registers it with pytree) "
+                                        "before graphport.load")
+            typ, context = stand_in
     try:
         return pytree.TreeSpec(typ, context, children)
     except (TypeError, ValueError) as e:

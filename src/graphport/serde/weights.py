@@ -12,6 +12,7 @@ offsets inside the data and matching each tensor's byte size.
 from __future__ import annotations
 
 import struct
+from dataclasses import dataclass
 from typing import Any, Iterator
 
 import torch
@@ -55,14 +56,29 @@ def encode_safetensors(tensors: dict[str, torch.Tensor]) -> tuple[int, Iterator[
     def chunks() -> Iterator[bytes | memoryview]:
         yield struct.pack("<Q", len(text)) + text
         for key in order:
-            t = tensors[key]
-            if t.numel():
-                data = t.detach().to("cpu").contiguous().reshape(-1).view(torch.uint8)
-                yield memoryview(data.numpy())
+            if tensors[key].numel():
+                yield memoryview(stored_bytes(tensors[key]).numpy())
     return 8 + len(text) + offset, chunks()
 
 
-def decode_safetensors(reader: ArchiveReader) -> dict[str, torch.Tensor]:
+def stored_bytes(t: torch.Tensor) -> torch.Tensor:
+    """The bytes safetensors stores for `t` (contiguous, on the CPU), as a flat uint8 tensor."""
+    return t.detach().to("cpu").contiguous().reshape(-1).view(torch.uint8)
+
+
+@dataclass
+class StoredWeights:
+    """The decoded weights member. `tensors`: key -> tensor; `raw`: key -> the tensor's bytes
+    as stored (a flat uint8 view, for the checksums); `member`: the whole member's bytes;
+    `mapped`: whether they are views of a memory map of the archive file (else of one copy
+    of the member, which the archive reader checked against the zip CRC as it read it)."""
+    tensors: dict[str, torch.Tensor]
+    raw: dict[str, torch.Tensor]
+    member: torch.Tensor
+    mapped: bool
+
+
+def decode_safetensors(reader: ArchiveReader) -> StoredWeights:
     """Every tensor of the archive's weights member: views of a memory map when the
     archive was opened from a path, else of one checked copy of the member."""
     member = reader.members.get(MEMBER)
@@ -76,27 +92,29 @@ def decode_safetensors(reader: ArchiveReader) -> dict[str, torch.Tensor]:
     header = parse_json(reader.read_at(member.offset + 8, length), f"{MEMBER} header", 8)
     if not isinstance(header, dict):
         raise ArtifactError(f"{MEMBER}: the header is not a JSON object")
-    data_start, data_len = member.offset + 8 + length, member.size - 8 - length
+    data_len = member.size - 8 - length
     entries = {k: _entry(k, v, data_len) for k, v in header.items() if k != "__metadata__"}
     if reader.path is not None:
         storage = torch.UntypedStorage.from_file(reader.path, shared=False, nbytes=reader.length)
-        origin = data_start                 # the mapping is the whole archive file
+        member_start = member.offset        # the mapping is the whole archive file
     else:
-        raw = bytearray(reader.read(MEMBER, reader.length))
-        storage = torch.frombuffer(raw, dtype=torch.uint8).untyped_storage()
-        origin = 8 + length                 # the copy is the member
-    out = {}
+        copy = bytearray(reader.read(MEMBER, reader.length))
+        storage = torch.frombuffer(copy, dtype=torch.uint8).untyped_storage()
+        member_start = 0                    # the copy is the member
+    origin = member_start + 8 + length
+    out, raw = {}, {}
     for key, (dtype, shape, start, end) in entries.items():
         itemsize = torch.empty((), dtype=dtype).element_size()
         position = origin + start
+        raw[key] = data = torch.empty(0, dtype=torch.uint8).set_(storage, position, (end - start,))
         if start == end:
             out[key] = torch.empty(shape, dtype=dtype)
         elif position % itemsize == 0:
             out[key] = torch.empty(0, dtype=dtype).set_(storage, position // itemsize, shape)
         else:   # not aligned for a view (another writer's file): a copy
-            data = torch.empty(0, dtype=torch.uint8).set_(storage, position, (end - start,))
             out[key] = data.clone().view(dtype).reshape(shape)
-    return out
+    whole = torch.empty(0, dtype=torch.uint8).set_(storage, member_start, (member.size,))
+    return StoredWeights(out, raw, whole, reader.path is not None)
 
 
 def _entry(key: str, entry: Any, data_len: int) -> tuple:

@@ -1,0 +1,128 @@
+"""Load in a fresh process, the way a server starts: import + load + first call, graphport
+against torch.export, on GPT-2-medium- and BERT-base-sized programs.
+
+The parent builds each model from its transformers config (random weights), exports it
+with both exporters and saves both programs to local files. Then each round starts one
+new Python process per exporter (who goes first alternates between rounds); each child
+times its imports (`import graphport`, which imports torch; for torch.export, torch and
+transformers' output classes, without which torch.export.load refuses the program), the load (graphport: weights memory-mapped and checked against their
+checksums, the default; torch.export.load), and the first call of the loaded program, and
+checks the first call's output equals the one the parent computed. Reported: medians over
+the rounds of each part, and the ratio graphport / torch.export of import + load + first
+call, and of load + first call alone.
+
+    PYTHONPATH=src python bench/load_fresh_process.py [--models bert_base,gpt2_medium] [--rounds 3]
+"""
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+import torch
+
+CHILD = r"""
+import json, sys, time
+t0 = time.perf_counter()
+side, path, inputs_path = sys.argv[1:4]
+if side == "graphport":
+    import graphport as gp
+    import torch
+    t1 = time.perf_counter()
+    ep = gp.load(path)
+else:
+    import torch
+    import torch.export
+    import transformers.modeling_outputs  # torch.export.load needs the output classes registered
+    t1 = time.perf_counter()
+    ep = torch.export.load(path)
+t2 = time.perf_counter()
+from safetensors.torch import load_file
+inputs = load_file(inputs_path)
+t3 = time.perf_counter()
+with torch.no_grad():
+    out = ep.module()(input_ids=inputs["input_ids"])
+t4 = time.perf_counter()
+first = out[0]   # a ModelOutput (torch.export) or a Record (graphport, transformers not imported): the first field
+same = bool(torch.equal(first, inputs["expected"]))
+print(json.dumps({"import": t1 - t0, "load": t2 - t1, "call": t4 - t3, "same": same}))
+"""
+
+MODELS = {
+    "bert_base": lambda tf: tf.BertModel(tf.BertConfig()),
+    "gpt2_medium": lambda tf: tf.GPT2LMHeadModel(tf.GPT2Config(n_layer=24, n_embd=1024, n_head=16, use_cache=False)),
+}
+
+
+def prepare(name: str, folder: str) -> tuple[str, str, str, int]:
+    """Export `name` with both exporters; save both programs and the inputs with the
+    expected first output. Returns (graphport file, torch file, inputs file, parameters)."""
+    import transformers
+    from safetensors.torch import save_file
+
+    import graphport as gp
+    torch.manual_seed(0)
+    model = MODELS[name](transformers).eval()
+    params = sum(p.numel() for p in model.parameters())
+    ids = torch.randint(0, 1000, (1, 16))
+    with torch.no_grad():
+        expected = model(input_ids=ids)[0]
+    paths = [os.path.join(folder, f"{name}.{ext}") for ext in ("gport", "pt2", "inputs.safetensors")]
+    gp.save(gp.export(model, (), {"input_ids": ids}), paths[0])
+    torch.export.save(torch.export.export(model, (), {"input_ids": ids}), paths[1])
+    save_file({"input_ids": ids, "expected": expected.contiguous()}, paths[2])
+    del model
+    gc.collect()
+    return *paths, params
+
+
+def child(side: str, program: str, inputs: str) -> dict:
+    done = subprocess.run([sys.executable, "-c", CHILD, side, program, inputs], capture_output=True, text=True,
+                          env={**os.environ, "OMP_NUM_THREADS": str(torch.get_num_threads())})
+    if done.returncode != 0:
+        raise RuntimeError(f"{side} child failed:\n{done.stderr[-3000:]}")
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--models", default="bert_base,gpt2_medium")
+    parser.add_argument("--rounds", type=int, default=3)
+    opts = parser.parse_args()
+    folder = tempfile.mkdtemp(dir=os.environ.get("BENCH_TMP"))
+    print(f"torch {torch.__version__}, {os.cpu_count()} cores, load average at start {os.getloadavg()[0]:.1f}")
+    for name in opts.models.split(","):
+        gport, pt2, inputs, params = prepare(name, folder)
+        runs: dict[str, list[dict]] = {"graphport": [], "torch.export": []}
+        for round_ in range(opts.rounds):
+            order = list(runs) if round_ % 2 == 0 else list(reversed(runs))
+            for side in order:
+                runs[side].append(child(side, gport if side == "graphport" else pt2, inputs))
+        med = {side: {k: statistics.median(r[k] for r in rs) for k in ("import", "load", "call")}
+               for side, rs in runs.items()}
+        total = {side: sum(m.values()) for side, m in med.items()}
+        warm = {side: m["load"] + m["call"] for side, m in med.items()}
+        same = all(r["same"] for rs in runs.values() for r in rs)
+        print(f"\n{name}: {params / 1e6:.0f}M parameters, archive {os.path.getsize(gport) / 2**20:.0f} MiB (graphport), "
+              f"{os.path.getsize(pt2) / 2**20:.0f} MiB (torch.export); medians of {opts.rounds} fresh processes each")
+        print("| | import | load | first call | import + load + call | load + call |")
+        print("|---|---|---|---|---|---|")
+        for side, m in med.items():
+            print(f"| {side} | {m['import']:.2f} s | {m['load']:.2f} s | {m['call']:.2f} s | {total[side]:.2f} s | "
+                  f"{warm[side]:.2f} s |")
+        print(f"| graphport / torch.export | | | | **{total['graphport'] / total['torch.export']:.2f}x** | "
+              f"{warm['graphport'] / warm['torch.export']:.2f}x |")
+        print(f"first outputs equal the model's in every process: {same}")
+        for path in (gport, pt2, inputs):
+            os.unlink(path)
+    os.rmdir(folder)
+
+
+if __name__ == "__main__":
+    main()
