@@ -20,7 +20,7 @@ import torch.fx as fx
 from .. import _torch
 from ..op_args import map_args
 from ..program import ExportedProgram
-from .metadata import RuntimeValue
+from ..values import RuntimeValue
 
 Location = torch.device | str | dict
 

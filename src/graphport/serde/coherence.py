@@ -13,7 +13,7 @@ from typing import Any
 import torch
 
 from ..errors import ArtifactError
-from ..passes.metadata import RuntimeValue
+from ..values import RuntimeValue
 from ..program import ExportedProgram
 from ..shapes.contract import InputDimension
 from ..signature import InputKind, OutputKind
