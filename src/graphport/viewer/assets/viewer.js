@@ -105,7 +105,6 @@
       for (let d = 0; d < upto; d++) {
         const key = blockKey(chain[d]);
         if (!items.has(key)) {
-          const gr = DATA.groups[chain[d]];
           const title = boxTitle(chain[d], d ? chain[d - 1] : -1);
           items.set(key, { key, parent, block: true, group: chain[d], depth: d, title,
                            minW: title.length * 6.6 + 30 + 2 * graphportLayout.PAD });
@@ -126,16 +125,16 @@
                          input: n.k === "placeholder" && !n.w });
       }
       items.get(key).count++;
-      // a block's place in data-flow order is its first computation: weights are placeholders,
-      // numbered before everything, so they count only for a block that holds nothing else
+      // a module's place in data-flow order is its first computation: weights are placeholders,
+      // numbered before everything, so they count only for a module that holds nothing else
       const order = n.w ? i - g.nodes.length : i;
-      for (let p = parent; p !== "root"; p = items.get(p).parent) {
+      for (let p = key[0] === "g" ? key : parent; p !== "root"; p = items.get(p).parent) {
         const b = items.get(p);
         b.order = b.order === undefined || (b.order < 0 && order >= 0) ? order : order < 0 && b.order >= 0 ? b.order
                   : Math.min(b.order, order);
       }
     });
-    for (const b of items.values()) if (b.block) b.first = b.order < 0 ? b.order + g.nodes.length : b.order;
+    for (const b of items.values()) if (b.order !== undefined) b.first = b.order < 0 ? b.order + g.nodes.length : b.order;
     const seen = new Set(), edges = [];
     g.nodes.forEach((n, i) => {
       if (rep[i] === null) return;
