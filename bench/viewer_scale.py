@@ -1,4 +1,5 @@
-"""The viewer at scale: a 10,000-node program, a 24-layer BERT and a 7B LLaMA's program.
+"""The viewer at scale: a 10,000-node program (nested modules; and flat, one input read by
+every node), a 24-layer BERT and a 7B LLaMA's program.
 
 For each page: its size, the time Python takes to write it (page data, with the weights'
 statistics, and HTML; not the export), and in headless Chromium the time
@@ -29,7 +30,7 @@ from graphport.viewer import page  # noqa: E402
 from graphport.viewer.data import program_data  # noqa: E402
 from tests.viewer.browser import Browser, find_chromium  # noqa: E402
 from tests.viewer.models import bert_program  # noqa: E402
-from tests.viewer.test_viewer import synthetic_program  # noqa: E402
+from tests.viewer.test_viewer import fan_out_program, synthetic_program  # noqa: E402
 
 REPEATS = 3   # each page opened this many times, the median kept (the machine may be shared)
 READY = """new Promise(r => { const poll = () => document.body.dataset.ready ? r(true) : requestAnimationFrame(poll);
@@ -83,14 +84,15 @@ def main() -> None:
             measure(browser, "warm-up", small, Path(tmp))
             rows = [measure(browser, "synthetic-100", small, Path(tmp)),
                     measure(browser, "synthetic-10k", synthetic_program(), Path(tmp)),
+                    measure(browser, "flat-fan-out-10k", fan_out_program(10_000), Path(tmp)),
                     measure(browser, "bert-24-layers", bert_program(layers=24, hidden=768, heads=12), Path(tmp)),
                     measure(browser, "llama-7b-meta", llama_7b_program(), Path(tmp))]
         finally:
             browser.close()
-    print(f"{'program':16s} {'nodes':>6s} {'page MB':>8s} {'write s':>8s} {'open s':>7s} {'boxes':>6s} "
+    print(f"{'program':17s} {'nodes':>6s} {'page MB':>8s} {'write s':>8s} {'open s':>7s} {'boxes':>6s} "
           f"{'expand all s':>13s} {'fit s':>6s}")
     for r in rows:
-        print(f"{r['name']:16s} {r['nodes']:6d} {r['bytes'] / 1e6:8.2f} {r['write_s']:8.2f} {r['open_s']:7.2f} "
+        print(f"{r['name']:17s} {r['nodes']:6d} {r['bytes'] / 1e6:8.2f} {r['write_s']:8.2f} {r['open_s']:7.2f} "
               f"{r['boxes']:6d} {r['expand_all_s']:13.2f} {r['fit_s']:6.2f}")
     small, large = rows[0], rows[1]
     print(f"ratio 10k/100: open {large['open_s'] / small['open_s']:.1f}x, "

@@ -215,6 +215,30 @@ def test_ten_thousand_nodes_start_collapsed_and_draw_only_what_is_in_view(browse
     assert browser.errors() == []
 
 
+def fan_out_program(count):
+    """Program data of `count` chained nodes, each also reading the input x, and no modules."""
+    nodes = [{"n": "x", "k": "placeholder", "o": "input", "s": "float32[4]", "l": -1, "g": -1, "i": []}]
+    for k in range(count):
+        nodes.append({"n": f"mul_{k}", "k": "call_function", "o": "aten.mul.Tensor", "s": "float32[4]", "l": -1,
+                      "g": -1, "i": [len(nodes) - 1, 0] if k else [0]})
+    return {"graphs": {"main": nodes}, "sources": [], "groups": [], "dims": {}}
+
+
+def test_a_node_used_by_a_thousand_others_draws_one_trunk_not_one_line_each(browser, tmp_path):
+    """x feeds every one of 1,000 chained nodes: the edges share one run of dummies, drawn once,
+    so what is drawn grows with the nodes, not with their square."""
+    data = fan_out_program(1000)
+    nodes = data["graphs"]["main"]
+    path = tmp_path / "fan.html"
+    path.write_text(page(data, "fan"))
+    open_page(browser, path)
+    click_selector(browser, "#fit")
+    assert browser.evaluate("document.querySelectorAll('#nodes .node').length") == 1001
+    drawn = browser.evaluate("[...document.querySelectorAll('#edges path')].reduce((n, p) => n + p.getAttribute('d').length, 0)")
+    assert drawn < 500 * len(nodes)
+    assert browser.errors() == []
+
+
 @pytest.mark.slow
 def test_a_real_eight_thousand_node_program(browser, tmp_path):
     class Block(torch.nn.Module):

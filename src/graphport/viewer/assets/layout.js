@@ -17,7 +17,11 @@ const graphportLayout = (function () {
   // items: Map key -> {key, parent, w, h, first}; blocks are items too, with `block: true`
   // (their w and h are computed here). parent is a block's key or "root".
   // edges: [{from, to}] between leaf items. Returns the items with ax (centre x), ay (top)
-  // set, and each edge with `points` (absolute polyline, from the bottom of `from` to the top of `to`).
+  // set; `trunks`, the shared runs of dummies, each as one polyline of absolute points; and each
+  // edge with `segments` ([p, q] pairs: from the bottom of `from` into its trunks, between
+  // them, and out to the top of `to`) and `runs` ([trunk, length]: the part of each trunk it
+  // follows). Drawing the trunks once and the segments per edge keeps a node used by thousands
+  // of others linear in size.
   function layout(items, edges) {
     const children = new Map([["root", []]]);
     for (const it of items.values()) {
@@ -46,13 +50,13 @@ const graphportLayout = (function () {
       e.chains = [];
       for (let j = pa.length - 2; j >= p; j--) {
         const port = chain(routesOf(pa[j]).exits, e.from, () => ({ children: new Map() }));
-        e.chains.push(chain(port.children, pa[j + 1], () => ({ child: pa[j + 1], dummies: [] })));
+        e.chains.push(chain(port.children, pa[j + 1], () => ({ child: pa[j + 1], route: null })));
       }
       const block = p ? pa[p - 1] : "root";
-      e.chains.push(chain(routesOf(block).lifted, pa[p] + "|" + pb[p], () => ({ a: pa[p], b: pb[p], dummies: [] })));
+      e.chains.push(chain(routesOf(block).lifted, pa[p] + "|" + pb[p], () => ({ a: pa[p], b: pb[p], route: null })));
       for (let j = p; j < pb.length - 1; j++) {
         const port = chain(routesOf(pb[j]).entries, e.from, () => ({ children: new Map() }));
-        e.chains.push(chain(port.children, pb[j + 1], () => ({ child: pb[j + 1], dummies: [] })));
+        e.chains.push(chain(port.children, pb[j + 1], () => ({ child: pb[j + 1], route: null })));
       }
     }
     const root = { key: "root", block: true, w: 0, h: 0 };
@@ -62,24 +66,34 @@ const graphportLayout = (function () {
       order.push(b);
     })(root);
     const rows = new Map();
-    for (const b of order) rows.set(b.key, layoutBlock(b, children.get(b.key), routesOf(b.key)));
+    const trunks = [];
+    for (const b of order) rows.set(b.key, layoutBlock(b, children.get(b.key), routesOf(b.key), trunks));
     place(root, 0, 0, children, rows);
+    const top = d => [d.ax, d.ay], bottom = d => [d.ax, d.ay + d.rowH];
     for (const e of edges) {
       const from = items.get(e.from), to = items.get(e.to);
-      const points = [[from.ax, from.ay + from.h]];
+      let prev = [from.ax, from.ay + from.h];
+      e.segments = [];
+      e.runs = [];
       for (const c of e.chains) {
-        for (const d of c.dummies) {
-          if (d.port !== "exit") points.push([d.ax, d.ay]);
-          if (d.port !== "entry") points.push([d.ax, d.ay + d.rowH]);
-        }
+        if (!c.route) continue;
+        const { head, run, k, tail } = c.route;
+        for (const d of head) { e.segments.push([prev, top(d)]); prev = top(d); }        // entry ports
+        if (k) { e.segments.push([prev, top(run[0])]); prev = bottom(run[k - 1]); e.runs.push([run, k]); }
+        for (const d of tail) { e.segments.push([prev, bottom(d)]); prev = bottom(d); }  // exit ports
       }
-      points.push([to.ax, to.ay]);
-      e.points = points;
+      e.segments.push([prev, [to.ax, to.ay]]);
     }
-    return { root, edges };
+    return { root, edges, trunks: trunks.filter(t => t.length).map(t => trunkPoints(t)) };
   }
 
-  function layoutBlock(block, members, routes) {
+  function trunkPoints(run, k = run.length) {
+    const points = [];
+    for (let j = 0; j < k; j++) points.push([run[j].ax, run[j].ay], [run[j].ax, run[j].ay + run[j].rowH]);
+    return points;
+  }
+
+  function layoutBlock(block, members, routes, trunks) {
     const byKey = new Map(members.map(m => [m.key, m]));
     members.sort((a, b) => a.first - b.first);
     for (const m of members) { m.preds = []; m.succs = []; m.layer = 0; }
@@ -105,21 +119,23 @@ const graphportLayout = (function () {
     // Edges from one source share a trunk of dummies down to their furthest target, and
     // leave it at their target's row: one line with branches, not one line per edge.
     const trunk = (start, firstLayer) => {
-      const dummies = [];
-      return (layer) => {   // the dummies from firstLayer down to layer - 1
-        while (firstLayer + dummies.length < layer) {
-          const d = dummy(firstLayer + dummies.length);
-          link(dummies.length ? dummies[dummies.length - 1] : start, d);
-          dummies.push(d);
+      const run = [];
+      trunks.push(run);
+      return (layer) => {   // {run, k}: the first k dummies of the run reach rows firstLayer..layer-1
+        while (firstLayer + run.length < layer) {
+          const d = dummy(firstLayer + run.length);
+          link(run.length ? run[run.length - 1] : start, d);
+          run.push(d);
         }
-        return dummies.slice(0, Math.max(0, layer - firstLayer));
+        return { run, k: Math.max(0, layer - firstLayer) };
       };
     };
     const bySource = new Map();
     for (const [a, b, e] of forward) {
       if (!bySource.has(a)) bySource.set(a, trunk(a, a.layer + 1));
-      e.dummies.push(...bySource.get(a)(b.layer));
-      link(e.dummies.length ? e.dummies[e.dummies.length - 1] : a, b);
+      const { run, k } = bySource.get(a)(b.layer);
+      e.route = { head: [], run, k, tail: [] };
+      link(k ? run[k - 1] : a, b);
     }
     const last = Math.max(0, layers.length - 1);
     // an item in the top row is entered straight from above, one in the bottom row left straight below
@@ -128,18 +144,18 @@ const graphportLayout = (function () {
       if (!inner.length) continue;
       const top = dummy(0, "entry"), down = trunk(top, 1);
       for (const c of inner) {
-        const child = byKey.get(c.child);
-        c.dummies.push(top, ...down(child.layer));
-        link(c.dummies[c.dummies.length - 1], child);
+        const child = byKey.get(c.child), { run, k } = down(child.layer);
+        c.route = { head: [top], run, k, tail: [] };
+        link(k ? run[k - 1] : top, child);
       }
     }
     for (const port of routes.exits.values()) {     // from the item down to the bottom row
       for (const c of port.children.values()) {
         const child = byKey.get(c.child);
         if (child.layer === last) continue;
-        const bottom = dummy(last, "exit");
-        c.dummies.push(...trunk(child, child.layer + 1)(last), bottom);
-        link(c.dummies.length > 1 ? c.dummies[c.dummies.length - 2] : child, bottom);
+        const bottom = dummy(last, "exit"), { run, k } = trunk(child, child.layer + 1)(last);
+        c.route = { head: [], run, k, tail: [bottom] };
+        link(k ? run[k - 1] : child, bottom);
       }
     }
     for (let l = 0; l < layers.length; l++) layers[l] = layers[l] || [];
@@ -223,5 +239,5 @@ const graphportLayout = (function () {
     }
   }
 
-  return { layout, PAD, HEADER };
+  return { layout, trunkPoints, PAD, HEADER };
 })();

@@ -105,7 +105,6 @@
       for (let d = 0; d < upto; d++) {
         const key = blockKey(chain[d]);
         if (!items.has(key)) {
-          const gr = DATA.groups[chain[d]];
           const title = boxTitle(chain[d], d ? chain[d - 1] : -1);
           items.set(key, { key, parent, block: true, group: chain[d], depth: d, title,
                            minW: title.length * 6.6 + 30 + 2 * graphportLayout.PAD });
@@ -126,16 +125,16 @@
                          input: n.k === "placeholder" && !n.w });
       }
       items.get(key).count++;
-      // a block's place in data-flow order is its first computation: weights are placeholders,
-      // numbered before everything, so they count only for a block that holds nothing else
+      // a module's place in data-flow order is its first computation: weights are placeholders,
+      // numbered before everything, so they count only for a module that holds nothing else
       const order = n.w ? i - g.nodes.length : i;
-      for (let p = parent; p !== "root"; p = items.get(p).parent) {
+      for (let p = key[0] === "g" ? key : parent; p !== "root"; p = items.get(p).parent) {
         const b = items.get(p);
         b.order = b.order === undefined || (b.order < 0 && order >= 0) ? order : order < 0 && b.order >= 0 ? b.order
                   : Math.min(b.order, order);
       }
     });
-    for (const b of items.values()) if (b.block) b.first = b.order < 0 ? b.order + g.nodes.length : b.order;
+    for (const b of items.values()) if (b.order !== undefined) b.first = b.order < 0 ? b.order + g.nodes.length : b.order;
     const seen = new Set(), edges = [];
     g.nodes.forEach((n, i) => {
       if (rep[i] === null) return;
@@ -146,10 +145,14 @@
         edges.push({ from, to });
       });
     });
-    const { root } = graphportLayout.layout(items, edges);
+    const { root, trunks } = graphportLayout.layout(items, edges);
     const boxes = [...items.values()].filter(it => it.block).sort((a, b) => a.depth - b.depth);
     const leaves = [...items.values()].filter(it => !it.block).sort((a, b) => a.first - b.first);
-    return { items, leaves, boxes, edges, rep, root };
+    for (const e of edges) {   // a bounding box per edge, to draw only those in view
+      const xs = e.segments.flat().map(p => p[0]), ys = e.segments.flat().map(p => p[1]);
+      e.box = [Math.min(...xs), Math.min(...ys), Math.max(...xs), Math.max(...ys)];
+    }
+    return { items, leaves, boxes, edges, trunks, rep, root };
   }
 
   function titleOf(gr) {
@@ -220,12 +223,21 @@
       el("title", {}, grp).textContent = titleOf(DATA.groups[b.group]) + " \u2014 click the title to collapse";
     }
     const hot = selected >= 0 ? layout.rep[selected] : null;
+    const boxOf = points => {
+      let x0 = Infinity, y0 = Infinity, x1 = -Infinity, y1 = -Infinity;
+      for (const [x, y] of points) { x0 = Math.min(x0, x); y0 = Math.min(y0, y); x1 = Math.max(x1, x); y1 = Math.max(y1, y); }
+      return [x0, y0, x1, y1];
+    };
+    for (const t of layout.trunks) {   // runs shared by the edges from one node
+      if (inView(...boxOf(t))) el("path", { d: edgePath(t), class: "edge trunk" }, layers.edges);
+    }
     for (const e of layout.edges) {
-      const xs = e.points.map(p => p[0]), ys = e.points.map(p => p[1]);
-      if (!inView(Math.min(...xs), Math.min(...ys), Math.max(...xs), Math.max(...ys))) continue;
-      const cls = "edge" + (path.edges.has(e.from + "|" + e.to) ? " on-path" : "")
-                  + (e.from === hot || e.to === hot ? " hot" : "");
-      el("path", { d: edgePath(e.points), class: cls, "data-from": e.from, "data-to": e.to }, layers.edges);
+      if (!inView(...e.box)) continue;
+      const mark = (path.edges.has(e.from + "|" + e.to) ? " on-path" : "") + (e.from === hot || e.to === hot ? " hot" : "");
+      el("path", { d: e.segments.map(edgePath).join(" "), class: "edge" + mark, "data-from": e.from, "data-to": e.to },
+         layers.edges);
+      // a marked edge is drawn again over the part of each trunk it follows
+      if (mark) for (const [run, k] of e.runs) el("path", { d: edgePath(graphportLayout.trunkPoints(run, k)), class: "edge" + mark }, layers.edges);
     }
     let shown = 0;
     const folded = new Set([...matches].map(i => layout.rep[i]));   // folded modules holding a match
