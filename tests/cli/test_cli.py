@@ -432,8 +432,6 @@ def test_convert_to_onnx_keeps_dynamic_dims(graphport_cli, tmp_path):
     assert all(d.dim_param and not d.dim_value for d in ids.type.tensor_type.shape.dim)   # both symbolic
 
 
-@pytest.mark.xfail(strict=True, reason="torch.export.save fails on converted programs: meta['source_fn_stack'] "
-                                       "holds C methods without __module__ (graphport.interop)")
 def test_convert_to_pt2_then_load_with_torch(graphport_cli, tmp_path):
     out = tmp_path / "model.pt2"
     graphport_cli("convert", f"{ENTRY}:model_and_inputs", "--to", "pt2", "-o", str(out))

@@ -433,7 +433,7 @@ class _Reasoner:
             return None
         try:
             value = rel.xreplace({s: sympy.Integer(self.ranges[s][0]) for s in symbols})
-        except ZeroDivisionError:
+        except (ZeroDivisionError, ValueError, TypeError):   # undefined there (x // 0): not decided
             return None
         return bool(value) if value is sympy.true or value is sympy.false else None
 
