@@ -350,6 +350,7 @@ def test_a_missing_output_directory_fails_at_once_with_exit_2(graphport_cli):
     (["view", f"{ENTRY}:broken", "-o", "tests"], "cannot write tests: it is a directory"),
     (["export", "--hf", "bert", "--config", "missing.json", "-o", "x.gport"], "no such file: missing.json (--config)"),
     (["convert", "missing.gport", "--to", "pt2"], "no such file: missing.gport"),
+    (["convert", f"{ENTRY}:broken", "--to", "onnx"], "convert of MODULE:CALLABLE needs -o"),
 ])
 def test_paths_are_checked_before_the_model_is_built(graphport_cli, argv, message):
     proc = graphport_cli(*argv, check_exit=2)

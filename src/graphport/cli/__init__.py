@@ -166,6 +166,11 @@ def is_entry_point(target: str) -> bool:
 def check_paths(args) -> None:
     """Every file the command reads exists and every file it writes can be written, before
     any model is built or exported: a typo costs a second, not an export."""
+    if args.command == "convert" and args.output is None:   # next to the input, with the new suffix
+        if is_entry_point(args.target):
+            raise CommandLineError("convert of MODULE:CALLABLE needs -o", fix=f"add -o model.{args.to}",
+                                   find_location=False)
+        args.output = os.path.splitext(args.target)[0] + "." + args.to
     for dest in getattr(args, "programs", []):
         target = getattr(args, dest)
         if not is_entry_point(target) and not os.path.isfile(target):

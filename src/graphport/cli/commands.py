@@ -138,11 +138,7 @@ def view_cmd(args) -> int:
 
 def convert_cmd(args) -> int:
     from ..interop import to_torch
-    output = args.output or os.path.splitext(args.target)[0] + "." + args.to
-    if args.output is None:
-        from . import check_paths
-        args.output = output
-        check_paths(args)
+    output = args.output   # defaulted next to the input by check_paths
     progress = Progress("convert")
     try:
         progress.status("loading")
