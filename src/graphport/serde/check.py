@@ -84,7 +84,7 @@ def _check(gm: fx.GraphModule, cache: MetaCache, introduced: _Introduced) -> Non
         try:
             got = cache.run(node.target, args, kwargs, lambda: node.target(*args, **kwargs))
         except Exception as e:   # the operator rejects its recorded arguments, or its sizes depend on data
-            if introduced.accept(node):
+            if _binds(node) and introduced.accept(node):
                 continue
             raise ArtifactError(f"node '{node.name}' ({node.target}) cannot be recomputed from its inputs: "
                                 f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}") from None
@@ -92,6 +92,23 @@ def _check(gm: fx.GraphModule, cache: MetaCache, introduced: _Introduced) -> Non
         if problem:
             raise ArtifactError(f"node '{node.name}' ({node.target}) records {problem}: the graph was tampered "
                                 "with or is inconsistent")
+
+
+def _binds(node: fx.Node) -> bool:
+    """Whether the node's arguments bind to its operator's schema (no more positional
+    arguments than it takes, known keywords, each argument once, every required one given):
+    a data-dependent value stands unrecomputed only on a call that can run."""
+    schema = getattr(node.target, "_schema", None)
+    if schema is None:
+        return True
+    positional = [a for a in schema.arguments if not a.kwarg_only]
+    if len(node.args) > len(positional):
+        return False
+    given = [a.name for a in positional[:len(node.args)]] + list(node.kwargs)
+    names = {a.name for a in schema.arguments}
+    if len(set(given)) != len(given) or not set(node.kwargs) <= names:
+        return False
+    return all(a.name in given or a.has_default_value() for a in schema.arguments)
 
 
 # Run-time checks of a data-dependent value's range: on a symbolic value they would ask for
