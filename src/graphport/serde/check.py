@@ -108,7 +108,34 @@ def _binds(node: fx.Node) -> bool:
     names = {a.name for a in schema.arguments}
     if len(set(given)) != len(given) or not set(node.kwargs) <= names:
         return False
-    return all(a.name in given or a.has_default_value() for a in schema.arguments)
+    if not all(a.name in given or a.has_default_value() for a in schema.arguments):
+        return False
+    values = {**dict(zip((a.name for a in positional), node.args)), **node.kwargs}
+    return all(_fits(values[a.name], a.type) for a in schema.arguments if a.name in values)
+
+
+def _fits(value: Any, jit_type: Any) -> bool:
+    """Whether an argument can be passed where the schema wants `jit_type` (tensors, numbers
+    and their optional and list forms are checked; other kinds are left to the operator)."""
+    if isinstance(value, fx.Node):
+        value = value.meta.get("val")
+        if isinstance(value, RuntimeValue):
+            value = value.gp_meta
+    kind = jit_type.kind()
+    if kind == "OptionalType":
+        return value is None or _fits(value, jit_type.getElementType())
+    if kind == "ListType":
+        return isinstance(value, (list, tuple)) and all(_fits(v, jit_type.getElementType()) for v in value)
+    wanted = _ARGUMENT_TYPES.get(kind)
+    return wanted is None or isinstance(value, wanted) and not (isinstance(value, bool) and bool not in wanted)
+
+
+_ARGUMENT_TYPES = {
+    "TensorType": (torch.Tensor,),
+    "IntType": (int, torch.SymInt), "SymIntType": (int, torch.SymInt),
+    "FloatType": (float, int, torch.SymFloat, torch.SymInt),
+    "BoolType": (bool, torch.SymBool),
+}
 
 
 # Run-time checks of a data-dependent value's range: on a symbolic value they would ask for
