@@ -125,6 +125,8 @@ def integrity_cost(gp, ep, path: str, ids: torch.Tensor, rounds: int) -> dict[st
         while f.read(1 << 24):
             pass
     out: dict[str, list[float]] = {"checksums at save": [], "load checked": [], "load unchecked": [],
+                                   "load checked, CPU seconds of all threads": [],
+                                   "load unchecked, CPU seconds of all threads": [],
                                    "load checked + first call": [], "load unchecked + first call": []}
     variants = {"checked": True, "unchecked": False}
     for round_ in range(rounds):
@@ -132,9 +134,10 @@ def integrity_cost(gp, ep, path: str, ids: torch.Tensor, rounds: int) -> dict[st
         out["checksums at save"].append(timed(lambda: checksums(tensors))[1])
         for name in (list(variants) if round_ % 2 == 0 else list(reversed(variants))):
             gc.collect()
-            start = time.perf_counter()
+            start, cpu = time.perf_counter(), time.process_time()
             loaded = gp.load(path, check_weights=variants[name])
             out[f"load {name}"].append(time.perf_counter() - start)
+            out[f"load {name}, CPU seconds of all threads"].append(time.process_time() - cpu)
             with torch.no_grad():
                 loaded.module()(ids)
             out[f"load {name} + first call"].append(time.perf_counter() - start)
