@@ -7,7 +7,13 @@ rounds); reports each round's ratios (graphport / torch), the medians over the r
 the process's resident memory growth right after each load (graphport maps weights and
 reads them on use).
 
-    PYTHONPATH=src python bench/save_load.py [--layers 24] [--hidden 1024] [--rounds 3]
+The cost of the weights' integrity check: graphport's load (which checks every stored
+tensor against its checksum, reading the mapped weights once) runs beside a load with
+`check_weights=False` (lazy, unchecked), each followed by the first call (which reads the
+weights either way), and the checksum pass of save is timed on its own.
+`--no-torch` leaves torch.export out (the integrity figures only).
+
+    PYTHONPATH=src python bench/save_load.py [--layers 24] [--hidden 1024] [--rounds 3] [--no-torch]
 """
 from __future__ import annotations
 
@@ -39,6 +45,7 @@ def main() -> None:
     parser.add_argument("--heads", type=int, default=16)
     parser.add_argument("--seq", type=int, default=16)
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--no-torch", action="store_true", help="graphport only: the integrity check's cost")
     opts = parser.parse_args()
     import transformers
     import graphport as gp
@@ -49,7 +56,7 @@ def main() -> None:
     params = sum(p.numel() for p in model.parameters())
     ids = torch.randint(0, config.vocab_size, (1, opts.seq))
     ep_gp = gp.export(model, (ids,))
-    ep_torch = torch.export.export(model, (ids,))
+    ep_torch = None if opts.no_torch else torch.export.export(model, (ids,))
     expected = ep_gp.module()(ids)
     del model
     gc.collect()
@@ -59,9 +66,12 @@ def main() -> None:
         "graphport": (lambda: gp.save(ep_gp, path_gp), lambda: gp.load(path_gp)),
         "torch.export": (lambda: torch.export.save(ep_torch, path_torch), lambda: torch.export.load(path_torch)),
     }
+    if opts.no_torch:
+        del sides["torch.export"]
     times: dict[tuple[str, str], list[float]] = {(side, op): [] for side in sides for op in ("save", "load", "rss")}
+    integrity = integrity_cost(gp, ep_gp, path_gp, ids, opts.rounds)
     same = None
-    for round_ in range(opts.rounds):
+    for round_ in range(opts.rounds if not opts.no_torch else 0):
         order = list(sides) if round_ % 2 == 0 else list(reversed(sides))   # alternate who goes first
         for side in order:
             _, seconds = timed(sides[side][0])
@@ -79,8 +89,18 @@ def main() -> None:
             f"{op} {times['graphport', op][-1]:.2f}s / {times['torch.export', op][-1]:.2f}s = "
             f"{times['graphport', op][-1] / times['torch.export', op][-1]:.2f}x" for op in ("save", "load")), flush=True)
     print(f"model: GPT-2 config n_layer={opts.layers} n_embd={opts.hidden}, {params / 1e6:.0f}M parameters, "
-          f"archive {os.path.getsize(path_gp) / 2**20:.0f} MiB (graphport), "
-          f"{os.path.getsize(path_torch) / 2**20:.0f} MiB (torch)")
+          f"archive {os.path.getsize(path_gp) / 2**20:.0f} MiB (graphport)")
+    for name, values in integrity.items():
+        print(f"{name}: median {statistics.median(values):.3f}s (rounds: {', '.join(f'{v:.3f}' for v in values)})")
+    checked = statistics.median(integrity["load checked + first call"])
+    unchecked = statistics.median(integrity["load unchecked + first call"])
+    print(f"integrity check at load: load + first call {checked:.2f}s checked / {unchecked:.2f}s unchecked = "
+          f"{checked / unchecked:.2f}x; checksums at save {statistics.median(integrity['checksums at save']):.3f}s")
+    os.unlink(path_gp)
+    if opts.no_torch:
+        os.rmdir(folder)
+        return
+    print(f"archive {os.path.getsize(path_torch) / 2**20:.0f} MiB (torch)")
     for op in ("save", "load"):
         ours, theirs = times["graphport", op], times["torch.export", op]
         ratios = sorted(a / b for a, b in zip(ours, theirs))
@@ -90,9 +110,39 @@ def main() -> None:
     print(f"RSS growth right after load (median): graphport {statistics.median(times['graphport', 'rss']):.0f} MiB, "
           f"torch.export {statistics.median(times['torch.export', 'rss']):.0f} MiB")
     print(f"loaded graphport program's outputs identical to the original: {same}")
-    for p in (path_gp, path_torch):
-        os.unlink(p)
+    os.unlink(path_torch)
     os.rmdir(folder)
+
+
+def integrity_cost(gp, ep, path: str, ids: torch.Tensor, rounds: int) -> dict[str, list[float]]:
+    """Per round: the checksum pass of save alone; load + first call with the check
+    (default) and without (check_weights=False), alternating which goes first. The file
+    was just written, so its pages are in the page cache for both loads."""
+    from graphport.serde.integrity import checksums
+    from graphport.serde.weights import stored_bytes
+    gp.save(ep, path)
+    with open(path, "rb") as f:   # into the page cache (save wrote past it): both loads start warm
+        while f.read(1 << 24):
+            pass
+    out: dict[str, list[float]] = {"checksums at save": [], "load checked": [], "load unchecked": [],
+                                   "load checked, CPU seconds of all threads": [],
+                                   "load unchecked, CPU seconds of all threads": [],
+                                   "load checked + first call": [], "load unchecked + first call": []}
+    variants = {"checked": True, "unchecked": False}
+    for round_ in range(rounds):
+        tensors = {k: (lambda t=t: stored_bytes(t)) for k, t in ep.state_dict.items()}
+        out["checksums at save"].append(timed(lambda: checksums(tensors))[1])
+        for name in (list(variants) if round_ % 2 == 0 else list(reversed(variants))):
+            gc.collect()
+            start, cpu = time.perf_counter(), time.process_time()
+            loaded = gp.load(path, check_weights=variants[name])
+            out[f"load {name}"].append(time.perf_counter() - start)
+            out[f"load {name}, CPU seconds of all threads"].append(time.process_time() - cpu)
+            with torch.no_grad():
+                loaded.module()(ids)
+            out[f"load {name} + first call"].append(time.perf_counter() - start)
+            del loaded
+    return out
 
 
 if __name__ == "__main__":

@@ -59,6 +59,24 @@ def test_a_size_that_does_not_follow_from_the_data_dependent_value_is_refused(pr
     refused(with_doc(saved(program), widen), "zeros")
 
 
+def test_a_data_dependent_call_that_cannot_run_is_refused(program):
+    """A call that brings in a data-dependent value has no meta computation to compare with;
+    its arguments must still bind to the operator, with values of the kinds it takes (fuzz
+    mutants gave `item` an extra argument, `slice` a string start: they loaded, and the call
+    failed inside the operator)."""
+    def extra_argument(doc):
+        _nodes(doc)["item"]["args"]["tuple"].append(1)
+    refused(with_doc(saved(program), extra_argument), "item")
+
+    def unknown_keyword(doc):
+        _nodes(doc)["item"]["kwargs"] = {"scale": 2}
+    refused(with_doc(saved(program), unknown_keyword), "item")
+
+    def not_a_tensor(doc):
+        _nodes(doc)["item"]["args"]["tuple"][0] = "*"
+    refused(with_doc(saved(program), not_a_tensor), "item")
+
+
 def test_contract_and_environment_must_agree(program):
     def rebind(doc):
         entry = next(s for s in doc["shape_contract"]["symbols"] if s["symbol"] == "u0")

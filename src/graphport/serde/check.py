@@ -84,7 +84,7 @@ def _check(gm: fx.GraphModule, cache: MetaCache, introduced: _Introduced) -> Non
         try:
             got = cache.run(node.target, args, kwargs, lambda: node.target(*args, **kwargs))
         except Exception as e:   # the operator rejects its recorded arguments, or its sizes depend on data
-            if introduced.accept(node):
+            if _binds(node) and introduced.accept(node):
                 continue
             raise ArtifactError(f"node '{node.name}' ({node.target}) cannot be recomputed from its inputs: "
                                 f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}") from None
@@ -92,6 +92,50 @@ def _check(gm: fx.GraphModule, cache: MetaCache, introduced: _Introduced) -> Non
         if problem:
             raise ArtifactError(f"node '{node.name}' ({node.target}) records {problem}: the graph was tampered "
                                 "with or is inconsistent")
+
+
+def _binds(node: fx.Node) -> bool:
+    """Whether the node's arguments bind to its operator's schema (no more positional
+    arguments than it takes, known keywords, each argument once, every required one given):
+    a data-dependent value stands unrecomputed only on a call that can run."""
+    schema = getattr(node.target, "_schema", None)
+    if schema is None:
+        return True
+    positional = [a for a in schema.arguments if not a.kwarg_only]
+    if len(node.args) > len(positional):
+        return False
+    given = [a.name for a in positional[:len(node.args)]] + list(node.kwargs)
+    names = {a.name for a in schema.arguments}
+    if len(set(given)) != len(given) or not set(node.kwargs) <= names:
+        return False
+    if not all(a.name in given or a.has_default_value() for a in schema.arguments):
+        return False
+    values = {**dict(zip((a.name for a in positional), node.args)), **node.kwargs}
+    return all(_fits(values[a.name], a.type) for a in schema.arguments if a.name in values)
+
+
+def _fits(value: Any, jit_type: Any) -> bool:
+    """Whether an argument can be passed where the schema wants `jit_type` (tensors, numbers
+    and their optional and list forms are checked; other kinds are left to the operator)."""
+    if isinstance(value, fx.Node):
+        value = value.meta.get("val")
+        if isinstance(value, RuntimeValue):
+            value = value.gp_meta
+    kind = jit_type.kind()
+    if kind == "OptionalType":
+        return value is None or _fits(value, jit_type.getElementType())
+    if kind == "ListType":
+        return isinstance(value, (list, tuple)) and all(_fits(v, jit_type.getElementType()) for v in value)
+    wanted = _ARGUMENT_TYPES.get(kind)
+    return wanted is None or isinstance(value, wanted) and not (isinstance(value, bool) and bool not in wanted)
+
+
+_ARGUMENT_TYPES = {
+    "TensorType": (torch.Tensor,),
+    "IntType": (int, torch.SymInt), "SymIntType": (int, torch.SymInt),
+    "FloatType": (float, int, torch.SymFloat, torch.SymInt),
+    "BoolType": (bool, torch.SymBool),
+}
 
 
 # Run-time checks of a data-dependent value's range: on a symbolic value they would ask for

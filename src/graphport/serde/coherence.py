@@ -16,7 +16,12 @@ from ..errors import ArtifactError
 from ..values import RuntimeValue
 from ..program import ExportedProgram
 from ..shapes.contract import InputDimension
-from ..signature import InputKind, OutputKind
+from ..signature import (InputKind, OutputKind, SymBoolArgument, SymFloatArgument, SymIntArgument,
+                         TensorArgument)
+
+# The value a placeholder records for each kind of input: what the call checks inputs against.
+_PLACEHOLDER_VALUES = {TensorArgument: (torch.Tensor, RuntimeValue), SymIntArgument: (int, torch.SymInt),
+                       SymFloatArgument: (float, torch.SymFloat), SymBoolArgument: (bool, torch.SymBool)}
 
 
 def check_coherence(ep: ExportedProgram) -> None:
@@ -32,6 +37,7 @@ def check_coherence(ep: ExportedProgram) -> None:
               f"{user_outputs} user outputs")
     if ep.input_paths and len(ep.input_paths) != len(user_inputs):
         _fail(f"input_paths names {len(ep.input_paths)} inputs, but the program has {len(user_inputs)}")
+    _check_placeholders(ep)
     values = _placeholder_values(ep, user_inputs)
     for i, first in ep.input_aliases.items():
         if not 0 <= first < i < len(values):
@@ -56,6 +62,16 @@ def _check_symbols(expr, defined, what: str) -> None:
     unknown = sorted(s.name for s in expr.free_symbols if s not in defined)
     if unknown:
         _fail(f"the shape contract's {what} uses the symbol {unknown[0]}, which the contract does not define")
+
+
+def _check_placeholders(ep: ExportedProgram) -> None:
+    found = {n.name: n.meta.get("val") for n in ep.graph_module.graph.nodes if n.op == "placeholder"}
+    for spec in ep.graph_signature.input_specs:
+        wanted = _PLACEHOLDER_VALUES.get(type(spec.arg))
+        value = found.get(spec.arg.name)
+        if wanted is not None and (not isinstance(value, wanted) or isinstance(value, bool) and bool not in wanted):
+            _fail(f"the input {spec.arg.name} is a {type(spec.arg).__name__}, but its placeholder records "
+                  f"{type(value).__name__}")
 
 
 def _placeholder_values(ep: ExportedProgram, names: list[str]) -> list[Any]:
