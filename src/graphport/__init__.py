@@ -17,11 +17,13 @@ from .errors import (
     InvalidDimError,
     RuntimeCheckError,
     OperatorError,
+    PythonEffectError,
     UnsupportedFeatureError,
     UnsupportedInputError,
     UnsupportedOperatorError,
     UserError,
 )
+from .audit import PythonEffect, PythonEffectWarning
 from .export import export
 from .draft import DraftExportReport, draft_export
 from .program import ExportedProgram, ModuleCallEntry, ModuleCallSignature
@@ -47,4 +49,5 @@ __all__ = [
     "save", "load", "ArtifactError",
     "unflatten", "CallSignatureError", "RuntimeCheckError",
     "default_decompositions",
+    "PythonEffect", "PythonEffectError", "PythonEffectWarning",
 ]
