@@ -109,7 +109,7 @@ def _finish(fn, root, args, kwargs, captured: Captured, shapes: InputShapes | No
     contract = None if shapes is None else _shape_contract(shapes, captured, trace, repeated)
     contract = with_data_dependent(contract, captured.shape_env)
     for note in [] if shapes is None else shapes.specialized:
-        warnings.warn(f"graphport: {note}", stacklevel=3)
+        warnings.warn(f"graphport: {note}", stacklevel=4)
     call_graph = [ModuleCallEntry("", ModuleCallSignature([], [], captured.in_spec, captured.out_spec,
                                                           captured.forward_arg_names,
                                                           _keywords_by_name(fn, kwargs)))]

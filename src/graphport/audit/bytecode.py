@@ -44,10 +44,11 @@ class CodeSites:
     """The instructions of one code object the audit watches."""
     writes: dict[int, WriteSite] = field(default_factory=dict)    # instruction offset -> write
     reads: dict[int, list[tuple]] = field(default_factory=dict)   # line -> expressions read there
+    calls: dict[int, tuple] = field(default_factory=dict)         # offset -> expression of the callee
 
     @property
     def empty(self) -> bool:
-        return not self.writes and not self.reads
+        return not self.writes and not self.reads and not self.calls
 
 
 _cache: dict[CodeType, CodeSites] = {}
@@ -112,7 +113,7 @@ def _scan(code: CodeType) -> CodeSites:
             saved[ins.offset if ins.argval is None else ins.argval] = after_jump
         if op in _STACK_UNTOUCHED:
             if op == "PRECALL":
-                _record_setattr(found, arg, stack, line, ins.offset)
+                _record_call(found, arg, stack, line, ins.offset)
             continue
         if op == "LOAD_FAST":
             stack.append(("fast", ins.argval))
@@ -186,11 +187,15 @@ def _record_write(found: CodeSites, op: str, argval, peek, line: int, offset: in
         found.writes[offset] = WriteSite("del " + site.op, site.target, site.name, line)
 
 
-def _record_setattr(found: CodeSites, nargs: int, stack: list, line: int, offset: int) -> None:
-    """`setattr(obj, "name", value)` / `delattr(obj, "name")` writes as STORE_ATTR does."""
+def _record_call(found: CodeSites, nargs: int, stack: list, line: int, offset: int) -> None:
+    """The callee of a call, where a chain of loads names it; `setattr(obj, "name", value)` and
+    `delattr(obj, "name")` are writes, as STORE_ATTR is."""
     below = stack[-(nargs + 2)] if len(stack) >= nargs + 2 else None
-    callee = stack[-(nargs + 1)] if below == _NULL and len(stack) >= nargs + 1 else None
-    if callee not in (("global", "setattr"), ("global", "delattr")) or nargs < 2:
+    callee = stack[-(nargs + 1)] if below == _NULL else below
+    if not _is_expr(callee):
+        return
+    if callee not in (("global", "setattr"), ("global", "delattr")) or nargs < 2 or below != _NULL:
+        found.calls[offset] = callee
         return
     target, name = stack[-nargs], stack[-nargs + 1]
     name = name[1] if _is_expr(name) and name[0] == "const" else None

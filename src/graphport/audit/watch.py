@@ -55,7 +55,7 @@ class PythonAudit:
         self._old: dict[int, Any] = {}      # objects found to predate the call, kept alive so ids stay theirs
         self._roots: tuple = ()
         self._modes: list[bool] = []
-        self._caches: list[tuple[Any, int]] = []
+        self._cached: dict = {}   # code of a user function behind a functools cache -> the cache
 
     @property
     def effects(self) -> list[PythonEffect]:
@@ -110,8 +110,6 @@ class PythonAudit:
                 return
             found = builtin_effect(arg)
             if found is None:
-                if where == USER and is_lru_cache(arg) and is_user_callable(getattr(arg, "__wrapped__", None)):
-                    self._caches.append((arg, arg.cache_info().currsize))
                 return
             effect_kind, what, written = found
             if written is not None:
@@ -125,17 +123,16 @@ class PythonAudit:
             user = user_caller(frame)
             if user is not None:
                 self._found(effect_kind, what, user)
-        elif event in ("c_return", "c_exception"):
-            if self._caches and self._caches[-1][0] is arg:
-                fn, size = self._caches.pop()
-                if event == "c_return" and fn.cache_info().currsize > size:
-                    self._found(report.CACHE, f"adds an entry to the functools cache of "
-                                              f"{fn.__wrapped__.__qualname__}, which outlives the call: a later "
-                                              "call gets the value computed during export", frame)
-        elif event == "call" and is_logging_call(frame.f_code):
-            user = user_caller(frame.f_back)
-            if user is not None:
-                self._found(report.LOGGING, f"logs through logging.{frame.f_code.co_name}", user)
+        elif event == "call":
+            if is_logging_call(frame.f_code):
+                user = user_caller(frame.f_back)
+                if user is not None:
+                    self._found(report.LOGGING, f"logs through logging.{frame.f_code.co_name}", user)
+            elif frame.f_code in self._cached and frame.f_back is not None:
+                # the function behind the cache runs: a miss, whose result the cache keeps
+                self._found(report.CACHE, f"adds an entry to the functools cache of {frame.f_code.co_name}, "
+                                          "which outlives the call: a later call gets the value computed during "
+                                          "export", frame.f_back)
 
     # -- writes and reads ------------------------------------------------------------------------
 
@@ -146,20 +143,39 @@ class PythonAudit:
         found = sites(code)
         if found.empty:
             return None
-        if found.writes:
+        if found.writes or found.calls:
             frame.f_trace_opcodes = True
         return self._local
 
     def _local(self, frame, event: str, arg):
         if event == "opcode":
-            site = sites(frame.f_code).writes.get(frame.f_lasti)
+            found = sites(frame.f_code)
+            site = found.writes.get(frame.f_lasti)
             if site is not None:
                 self._write(frame, site)
+            callee = found.calls.get(frame.f_lasti)
+            if callee is not None:
+                self._call(frame, callee)
         elif event == "line":
             reads = sites(frame.f_code).reads.get(frame.f_lineno)
             if reads:
                 self._reads(frame, reads)
         return self._local
+
+    def _call(self, frame, expr: tuple) -> None:
+        """Callables the profiler does not see (extension functions such as NumPy's random
+        generators are not builtins), and functools caches of user functions."""
+        callee = _evaluate(frame, expr, frame.f_locals)
+        if callee is _MISSING or isinstance(callee, (types.BuiltinFunctionType, types.FunctionType, type)):
+            return   # builtins reach the profiler; Python functions are traced themselves
+        if is_lru_cache(callee):
+            wrapped = getattr(callee, "__wrapped__", None)
+            if is_user_callable(wrapped):
+                self._cached[wrapped.__code__] = callee
+            return
+        found = builtin_effect(callee)
+        if found is not None and found[2] is None:
+            self._found(found[0], found[1], frame)
 
     def _write(self, frame, site: WriteSite) -> None:
         op = site.op.removeprefix("del ")
