@@ -103,7 +103,7 @@ def export(mod: torch.nn.Module | Callable, args: tuple, kwargs: dict | None = N
 def _finish(fn, root, args, kwargs, captured: Captured, shapes: InputShapes | None, trace: Callable,
             preserve_module_call_signature, findings: list[PythonEffect]) -> ExportedProgram:
     """Everything after the capture: the shape contract, the program, its verification."""
-    repeated = [f for f in findings if f.refused_by_strict]
+    repeated = [f for f in findings if f.refused_by_strict and not f.restored]
     if shapes is not None and shapes.env.deferral is not None:
         shapes.env.deferral.settle(lambda deferred: proven_by_metadata(deferred, shapes))
     contract = None if shapes is None else _shape_contract(shapes, captured, trace, repeated)

@@ -41,6 +41,30 @@ def test_effects_run_once_and_small_sizes_are_not_proven_by_re_tracing():
         ep.module()(torch.ones(1, 3))
 
 
+class CountsCalls(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.calls = 0
+        self.seen = []
+
+    def forward(self, x):
+        self.calls += 1
+        self.seen.append(x.shape[0])
+        return x * 2
+
+
+def test_writes_export_undoes_do_not_stop_small_size_proofs():
+    module = CountsCalls()
+    batch = gp.Dim("batch", min=1, max=16)
+    with pytest.warns(gp.PythonEffectWarning):
+        ep = gp.export(module, (torch.randn(4, 3),), dynamic_shapes={"x": {0: batch}})
+    assert {e.kind for e in ep.python_effects if e.refused_by_strict} == {"attribute write", "container write"}
+    assert all(e.restored for e in ep.python_effects if e.refused_by_strict)
+    assert module.calls == 0 and module.seen == []   # restored after every trace, proofs included
+    assert not ep.shape_report   # size 1 proven by re-tracing, as without the writes
+    torch.testing.assert_close(ep.module()(torch.ones(1, 3)), torch.ones(1, 3) * 2)
+
+
 def test_effect_free_programs_keep_their_small_size_proofs():
     batch = gp.Dim("batch", min=1, max=16)
     # at size 1 the program computes something else: the proof re-traces there and finds it

@@ -48,6 +48,9 @@ class PythonEffect:
     kind: str
     what: str
     location: SourceLocation
+    # a write to the exported module's own plain attributes or their lists/dicts/sets: export
+    # puts them back after each capture, so tracing the program again does not accumulate it
+    restored: bool = False
 
     @property
     def fix(self) -> str:

@@ -54,6 +54,7 @@ class PythonAudit:
         self._young: set[int] = set()
         self._old: dict[int, Any] = {}      # objects found to predate the call, kept alive so ids stay theirs
         self._roots: tuple = ()
+        self._restored: set[int] = set()   # the exported modules and their plain containers
         self._modes: list[bool] = []
         self._cached: dict = {}   # code of a user function behind a functools cache -> the cache
 
@@ -67,6 +68,7 @@ class PythonAudit:
         """Audit the Python that runs inside; `roots` are the inputs and the module, from which
         a container that predates the call can be reached."""
         self._roots = roots
+        self._restored = _restored_by_export(roots[-1])
         gc.collect(0)   # what is alive now predates the call; generation 0 collects what the call makes
         saved = sys.getprofile(), sys.gettrace()
         pre = torch.nn.modules.module.register_module_forward_pre_hook(self._enter_module)
@@ -82,6 +84,7 @@ class PythonAudit:
             post.remove()
             self._old.clear()
             self._young.clear()
+            self._restored.clear()
             self._roots = ()
         if self.strict and self.effects:   # the program caught the refusal raised at the effect
             raise _refusal(self.effects[0])
@@ -114,7 +117,7 @@ class PythonAudit:
             effect_kind, what, written = found
             if written is not None:
                 # a standard-library helper's own containers (re's cache) are its business
-                if where != USER or self._predates(written, frame) is False:
+                if where != USER or not self._predates(written, frame):
                     return
                 name = _name_in(frame, written)
                 if name:
@@ -122,7 +125,8 @@ class PythonAudit:
                 what += ", which existed before the call and outlives it"
             user = user_caller(frame)
             if user is not None:
-                self._found(effect_kind, what, user)
+                restored = written is not None and id(written) in self._restored
+                self._found(effect_kind, what, user, restored=restored)
         elif event == "call":
             if is_logging_call(frame.f_code):
                 user = user_caller(frame.f_back)
@@ -201,7 +205,8 @@ class PythonAudit:
         elif self._predates(target, frame):
             key = "" if site.name is None else repr(site.name)
             self._found(report.CONTAINER, f"{verb} {shown}[{key or '...'}] in a {type(target).__name__} that "
-                                          "existed before the call and outlives it", frame)
+                                          "existed before the call and outlives it", frame,
+                        restored=id(target) in self._restored)
 
     def _attribute_write(self, frame, target, shown: str, name, verb: str) -> None:
         if isinstance(target, types.ModuleType):
@@ -212,7 +217,8 @@ class PythonAudit:
             if self._predates(target, frame):
                 self._found(report.ATTRIBUTE, f"{verb} {shown}.{name}, a plain attribute of the module "
                                               f"{type(target).__name__} (not a parameter or buffer): eager keeps "
-                                              "the change, the exported program does not", frame)
+                                              "the change, the exported program does not", frame,
+                            restored=id(target) in self._restored)
         elif self._predates(target, frame):
             self._found(report.ATTRIBUTE, f"{verb} {shown}.{name} on a {type(target).__name__} that existed "
                                           "before the call and outlives it", frame)
@@ -259,17 +265,29 @@ class PythonAudit:
                 return True
         return False
 
-    def _found(self, effect_kind: str, what: str, frame, key: str = "") -> None:
+    def _found(self, effect_kind: str, what: str, frame, key: str = "", restored: bool = False) -> None:
         code = frame.f_code
         location = SourceLocation(code.co_filename, frame.f_lineno, code.co_name)
         seen = (location, key if effect_kind == report.BAKED else "effect")
         if seen in self._seen:
             return
         self._seen.add(seen)
-        finding = PythonEffect(effect_kind, what, location)
+        finding = PythonEffect(effect_kind, what, location, restored)
         self.findings.append(finding)
         if self.strict and finding.refused_by_strict:
             raise _refusal(finding)
+
+
+def _restored_by_export(root) -> set[int]:
+    """Ids of what export itself restores after a capture (capture/environment.py's
+    ModuleSnapshot): the modules' plain attributes, and their lists, dicts and sets in place."""
+    if not isinstance(root, torch.nn.Module):
+        return set()
+    found = set()
+    for module in root.modules():
+        found.add(id(module))
+        found.update(id(v) for v in vars(module).values() if type(v) in (list, dict, set))
+    return found
 
 
 def _name_in(frame, obj) -> str:
