@@ -148,3 +148,26 @@ def test_real_models_export_under_strict(name):
         warnings.simplefilter("error", gp.PythonEffectWarning)
         ep = gp.export(model, args, kwargs, strict=True)
     assert not [e for e in ep.python_effects if e.refused_by_strict]
+
+
+def test_other_threads_running_modules_during_export_are_not_hooked():
+    import threading
+
+    stop = threading.Event()
+    hooks_seen = []
+
+    def other_thread():
+        layer = torch.nn.Linear(3, 3)
+        while not stop.is_set():
+            layer(torch.randn(1, 3))
+        hooks_seen.append((sys.getprofile(), sys.gettrace()))
+
+    worker = threading.Thread(target=other_thread)
+    worker.start()
+    try:
+        module, args = programs.PROGRAMS["HFConfigFlags"].build()
+        gp.export(module, args, strict=True)
+    finally:
+        stop.set()
+        worker.join()
+    assert hooks_seen == [(None, None)]

@@ -26,6 +26,7 @@ import contextlib
 import gc
 import os
 import sys
+import threading
 import types
 from typing import Any, Iterator
 
@@ -56,6 +57,7 @@ class PythonAudit:
         self._roots: tuple = ()
         self._restored: set[int] = set()   # the exported modules and their plain containers
         self._modes: list[bool] = []
+        self._thread: int | None = None
         self._cached: dict = {}   # code of a user function behind a functools cache -> the cache
 
     @property
@@ -68,6 +70,7 @@ class PythonAudit:
         """Audit the Python that runs inside; `roots` are the inputs and the module, from which
         a container that predates the call can be reached."""
         self._roots = roots
+        self._thread = threading.get_ident()
         self._restored = _restored_by_export(roots[-1])
         gc.collect(0)   # what is alive now predates the call; generation 0 collects what the call makes
         saved = sys.getprofile(), sys.gettrace()
@@ -96,10 +99,14 @@ class PythonAudit:
         sys.settrace(self._trace if on else None)
 
     def _enter_module(self, module, args) -> None:
+        if threading.get_ident() != self._thread:
+            return   # module hooks are process-wide; the audit watches the exporting thread only
         self._modes.append(is_user_callable(module.forward))
         self._switch(self._modes[-1])
 
     def _leave_module(self, module, args, output) -> None:
+        if threading.get_ident() != self._thread:
+            return
         if len(self._modes) > 1:
             self._modes.pop()
         self._switch(self._modes[-1])
