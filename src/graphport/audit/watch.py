@@ -114,6 +114,14 @@ class PythonAudit:
     # -- calls -----------------------------------------------------------------------------------
 
     def _profile(self, frame, event: str, arg) -> None:
+        try:
+            self._on_call(frame, event, arg)
+        except PythonEffectError:
+            raise
+        except Exception:   # noqa: BLE001 - an object the audit cannot inspect is not classified;
+            pass            # the program must never fail because it was watched
+
+    def _on_call(self, frame, event: str, arg) -> None:
         if event == "c_call":
             where = frame_kind(frame)
             if where == OTHER:
@@ -151,7 +159,10 @@ class PythonAudit:
         code = frame.f_code
         if frame_kind(frame) != USER:
             return None
-        found = sites(code)
+        try:
+            found = sites(code)
+        except Exception:   # noqa: BLE001 - bytecode the simulation cannot follow is not watched
+            return None
         if found.empty:
             return None
         if found.writes or found.calls:
@@ -159,6 +170,15 @@ class PythonAudit:
         return self._local
 
     def _local(self, frame, event: str, arg):
+        try:
+            self._on_instruction(frame, event)
+        except PythonEffectError:
+            raise
+        except Exception:   # noqa: BLE001 - as in _profile
+            pass
+        return self._local
+
+    def _on_instruction(self, frame, event: str) -> None:
         if event == "opcode":
             found = sites(frame.f_code)
             site = found.writes.get(frame.f_lasti)
@@ -171,7 +191,6 @@ class PythonAudit:
             reads = sites(frame.f_code).reads.get(frame.f_lineno)
             if reads:
                 self._reads(frame, reads)
-        return self._local
 
     def _call(self, frame, expr: tuple) -> None:
         """Callables the profiler does not see (extension functions such as NumPy's random
