@@ -18,7 +18,8 @@ from ._gc import cycle_collection_paused
 from .capture import Captured, argument_names, capture, input_paths, program_module
 from .capture.pinned_metadata import proven_by_metadata
 from .audit import PythonAudit, PythonEffect, PythonEffectWarning
-from .errors import ConstraintViolationError, GraphportError, InputMismatchError, UnsupportedFeatureError, UnsupportedInputError
+from .errors import (ConstraintViolationError, GraphportError, InputMismatchError, UnsupportedFeatureError,
+                     UnsupportedInputError)
 from .passes.dead_code import eliminate_dead_code
 from .passes.metadata import finish_metadata
 from .passes.small_sizes import SmallSizeReport, prove_small_sizes
