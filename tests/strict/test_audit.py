@@ -97,6 +97,13 @@ def test_strict_refusal_restores_hooks():
     assert sys.getprofile() is None and sys.gettrace() is None
 
 
+def test_lowering_keeps_the_report():
+    module, args = programs.PROGRAMS["TimeTime"].build()
+    with pytest.warns(gp.PythonEffectWarning):
+        ep = gp.export(module, args)
+    assert ep.run_decompositions().python_effects == ep.python_effects != []
+
+
 def test_audit_can_be_turned_off_in_the_default_mode():
     module, args = programs.PROGRAMS["GlobalListAppend"].build()
     with warnings.catch_warnings():

@@ -73,7 +73,7 @@ def run_decompositions(ep: ExportedProgram, decomp_table: dict[Any, Callable] | 
         replayed.graph_module, ExportGraphSignature(input_specs, output_specs), dict(ep.state_dict),
         dict(ep.range_constraints), [_renamed(e, replayed.renamed) for e in ep.module_call_graph],
         ep.example_inputs, {**ep.constants, **replayed.constant_values}, list(ep.input_paths),
-        dict(ep.input_aliases), *_narrowed(ep, env, proven.valid_from))
+        dict(ep.input_aliases), *_narrowed(ep, env, proven.valid_from), python_effects=ep.python_effects)
     verify(lowered, dialect="core_aten" if decomp_table is None else "default")
     finish_metadata(lowered.graph_module)
     return lowered
