@@ -14,7 +14,7 @@ PACKAGE = pathlib.Path(graphport.__file__).parent
 # lowest first; a module's layer is its first path part (package) or its own name
 LAYERS = [
     {"_torch", "_gc", "errors", "source", "pytree", "op_args", "values", "signature", "logs", "progress"},
-    {"shapes", "ops"},
+    {"shapes", "ops", "audit"},
     {"capture"},
 ]
 LATER_STAGES = {"passes", "program", "runtime", "call_checks", "export", "draft", "check", "describe",

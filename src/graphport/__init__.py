@@ -22,6 +22,7 @@ from .errors import (
     InvalidDimError,
     RuntimeCheckError,
     OperatorError,
+    PythonEffectError,
     UnsupportedFeatureError,
     UnsupportedInputError,
     UnsupportedOperatorError,
@@ -49,6 +50,7 @@ _LAZY = {
     "unflatten": ".unflatten", "FlatArgsAdapter": ".unflatten", "UnflattenedModule": ".unflatten",
     "default_decompositions": ".ops.decompositions", "CustomDecompTable": ".ops.decompositions",
     "configure_logging": ".logs", "on_progress": ".progress",
+    "PythonEffect": ".audit", "PythonEffectWarning": ".audit",
 }
 
 
@@ -97,4 +99,5 @@ __all__ = [
     "save", "load", "ArtifactError",
     "unflatten", "FlatArgsAdapter", "UnflattenedModule", "CallSignatureError", "RuntimeCheckError",
     "default_decompositions", "CustomDecompTable", "configure_logging", "on_progress", "__version__",
+    "PythonEffect", "PythonEffectError", "PythonEffectWarning",
 ]

@@ -8,17 +8,24 @@ data-dependent value (`if t.item() > 2`, a branch on a tensor's value), the ques
 answered from the example inputs and the answer is checked at run time by an assertion in
 the graph (capture/example_answers.py): the program is valid for every input, and refuses
 those that would take another path. Each answer is reported with its line and the
-torch._check that states it. Problems it cannot work around soundly end it with their
-error, as `export` would, carrying the issues found so far on the error (`err.report`).
+torch._check that states it. What `export(strict=True)` refuses in the program's Python (a
+write to state that outlives the call, printing, a clock read: graphport.audit) is reported
+as an issue with its line and fix, and the program is exported as the default export would.
+Problems it cannot work around soundly end it with their error, as `export` would, carrying
+the issues found so far on the error (`err.report`). A round that would run a program with
+Python effects again to refine the spec ends it the same way: graphport never repeats the
+program's effects.
 """
 from __future__ import annotations
 
 import re
+import warnings
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
 import torch
 
+from .audit import PythonEffect, PythonEffectWarning
 from .capture.example_answers import ExampleAnswer, answering_from_examples
 from .errors import ConstraintViolationError
 from .export import export
@@ -33,7 +40,8 @@ _MAX_ROUNDS = 8   # each round fixes at least one dim; a spec has few
 class DraftIssue:
     """One problem worked around: what the program required, where, and the fix applied."""
     kind: str                         # "guard added": the spec was narrowed or related to fit it;
-                                      # "data-dependent": answered from the example, checked at run time
+                                      # "data-dependent": answered from the example, checked at run time;
+                                      # "python effect": what strict export refuses (graphport.audit)
     what: str
     location: SourceLocation | None
     fix: str
@@ -97,17 +105,34 @@ def _answered(answer: ExampleAnswer) -> DraftIssue:
                       f"state the answer before this line, with {answer.check}")
 
 
+def _effect(effect: PythonEffect) -> DraftIssue:
+    return DraftIssue("python effect", f"the program's Python {effect.what} ({effect.kind}; strict export refuses "
+                                       "it)", effect.location, effect.fix)
+
+
 def draft_export(mod: torch.nn.Module | Callable, args: tuple, kwargs: dict | None = None, *,
                  dynamic_shapes: Any = None, **options: Any) -> ExportedProgram:
     """Export `mod`, refining `dynamic_shapes` wherever the program contradicts it. The
     returned program has the report as `ep._report` (as torch's draft_export does)."""
     report = DraftExportReport(dynamic_shapes=dynamic_shapes)
+    options = {**options, "strict": False, "audit_python": True}   # effects become issues, not errors
     for _ in range(_MAX_ROUNDS):
         try:
-            with answering_from_examples() as answers:
+            with answering_from_examples() as answers, warnings.catch_warnings():
+                warnings.simplefilter("ignore", PythonEffectWarning)
                 ep = export(mod, args, kwargs, dynamic_shapes=report.dynamic_shapes, **options)
         except ConstraintViolationError as err:
             refined = refine_dynamic_shapes_from_suggested_fixes(err.msg, report.dynamic_shapes)
+            effects = [e for e in getattr(err, "python_effects", []) if e.refused_by_strict]
+            if effects and repr(refined) != repr(report.dynamic_shapes):
+                report.failures += [_effect(e) for e in effects]
+                stop = ConstraintViolationError(
+                    f"draft_export stops: refining dynamic_shapes means exporting again, which would run the "
+                    f"program's Python effects a second time.\n{err.what}\n{report}",
+                    fix=f"remove or guard the effects listed, then run draft_export again; or export with "
+                        f"dynamic_shapes={refined!r}", location=err.location)
+                stop.report = report
+                raise stop from err
             if refined is report.dynamic_shapes or repr(refined) == repr(report.dynamic_shapes):
                 err.report = report
                 raise
@@ -118,6 +143,7 @@ def draft_export(mod: torch.nn.Module | Callable, args: tuple, kwargs: dict | No
             err.report = report
             raise
         report.failures += [_answered(a) for a in answers]
+        report.failures += [_effect(e) for e in ep.python_effects if e.refused_by_strict]
         ep._report = report
         return ep
     raise ConstraintViolationError(

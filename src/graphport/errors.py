@@ -129,6 +129,20 @@ class ControlFlowError(UserError):
     A RuntimeError, as torch.export's (UncapturedHigherOrderOpError, UserError) are."""
 
 
+class PythonEffectError(UserError):
+    """`export(..., strict=True)` found the program's Python doing something the graph cannot
+    carry: a write to state that outlives the call (a global, a closure variable, a plain
+    attribute, a container reachable from globals or the inputs), output or logging, I/O, a
+    clock read, Python's or NumPy's random generators, an environment change. Raised before
+    the effect runs. A RuntimeError, as torch.export's strict-mode refusals
+    (torch._dynamo.exc.Unsupported, UserError) are. `effect` is the finding
+    (graphport.PythonEffect)."""
+
+    def __init__(self, what: str, *, effect=None, **kw):
+        self.effect = effect
+        super().__init__(what, **kw)
+
+
 class CallSignatureError(UserError, TypeError):
     """A submodule swapped into an unflattened program does not have the calling convention
     its preserved signature froze (other arguments, or a result of another structure). Also

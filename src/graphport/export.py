@@ -21,10 +21,12 @@ from . import progress
 from ._gc import cycle_collection_paused
 from .capture import Captured, argument_names, capture, input_paths, program_module
 from .capture.pinned_metadata import proven_by_metadata
-from .errors import ConstraintViolationError, InputMismatchError, UnsupportedFeatureError, UnsupportedInputError
+from .audit import PythonAudit, PythonEffect, PythonEffectWarning
 from .capture.dead_code import eliminate_dead_code
+from .errors import (ConstraintViolationError, GraphportError, InputMismatchError, UnsupportedFeatureError,
+                     UnsupportedInputError)
+from .passes.small_sizes import SmallSizeReport, prove_small_sizes
 from .values import finish_metadata
-from .passes.small_sizes import prove_small_sizes
 from .passes.verifier import verify
 from .program import ExportedProgram, ModuleCallEntry, ModuleCallSignature
 from .shapes.check import build_contract, check
@@ -44,12 +46,17 @@ _STAGES = 5   # resolve, capture, shapes, program, verify: the steps progress co
 def export(mod: torch.nn.Module | Callable, args: tuple, kwargs: dict | None = None, *,
            dynamic_shapes: Any = None, strict: bool = False,
            preserve_module_call_signature: tuple[str, ...] = (),
-           prefer_deferred_runtime_asserts_over_guards: bool = False) -> ExportedProgram:
+           prefer_deferred_runtime_asserts_over_guards: bool = False,
+           audit_python: bool = True) -> ExportedProgram:
     """Capture `mod(*args, **kwargs)` as one functional ATen graph.
 
     `mod` may be an nn.Module, a bound method of one (its module's state is lifted), or a
-    plain function. `strict` is accepted for compatibility: graphport has one capture
-    mode, which checks the program as strictly as torch.export's strict mode would.
+    plain function. The program's own Python is audited while it runs (graphport.audit):
+    with `strict=True` an effect the graph cannot carry (a write to state that outlives the
+    call, printing or logging, I/O, a clock read, Python's random generators) is refused with
+    a PythonEffectError before it happens; by default each is a PythonEffectWarning, and
+    `ep.python_effects` lists them with the Python values the graph baked in.
+    `audit_python=False` turns the non-strict audit off.
     `dynamic_shapes` may also be a ShapesCollection or AdditionalInputs, graphport's or
     torch.export's, and may use torch.export's Dim objects.
     """
@@ -79,25 +86,49 @@ def export(mod: torch.nn.Module | Callable, args: tuple, kwargs: dict | None = N
         if dynamic_shapes is not None:
             shapes = resolve(dynamic_shapes, args, kwargs, arg_names, input_paths(args, kwargs, arg_names))
 
-    def trace(shapes_: InputShapes | None, locations: bool = True, prove_locally: bool = False) -> Captured:
+    def trace(shapes_: InputShapes | None, locations: bool = True, prove_locally: bool = False,
+              audit: PythonAudit | None = None) -> Captured:
         captured = capture(fn, args, kwargs, root, shapes_, locations=locations,
-                           preserve=tuple(preserve_module_call_signature), prove_locally=prove_locally)
+                           preserve=tuple(preserve_module_call_signature), prove_locally=prove_locally,
+                           audit=audit)
         eliminate_dead_code(captured.graph, captured.user_calls)
         return captured
 
+    audit = PythonAudit(strict) if strict or audit_python else None
     with _stage("capture", 2), progress.module_calls(root, "capture"):
-        captured = trace(shapes, prove_locally=True)
+        captured = trace(shapes, prove_locally=True, audit=audit)
     if capture_log.isEnabledFor(logging.INFO):
         capture_log.info("captured %d nodes, %d tensors of state, %d constants", len(captured.graph.nodes),
                          len(captured.state_dict), len(captured.constants))
+    findings = audit.findings if audit is not None else []
+    try:
+        ep = _finish(fn, root, args, kwargs, captured, shapes, trace, preserve_module_call_signature, findings)
+    except GraphportError as err:
+        err.python_effects = findings   # the program ran once with these; draft_export reads them
+        raise
+    for effect in findings:
+        if effect.refused_by_strict:
+            warnings.warn_explicit(f"graphport: the program's Python {effect.what} (strict=True refuses this)\n"
+                                   f"  fix: {effect.fix}", PythonEffectWarning, effect.location.filename,
+                                   effect.location.lineno)
+    with _stage("additional inputs", 5):
+        if additional is not None:
+            check_additional_inputs(ep, additional)
+    return ep
+
+
+def _finish(fn, root, args, kwargs, captured: Captured, shapes: InputShapes | None, trace: Callable,
+            preserve_module_call_signature, findings: list[PythonEffect]) -> ExportedProgram:
+    """Everything after the capture: the shape contract, the program, its verification."""
+    repeated = [f for f in findings if f.refused_by_strict and not f.restored]
     with _stage("shape checks and small-size proofs", 3):
         if shapes is not None and shapes.env.deferral is not None:
             shapes.env.deferral.settle(lambda deferred: proven_by_metadata(deferred, shapes))
-        contract = None if shapes is None else _shape_contract(shapes, captured, trace)
+        contract = None if shapes is None else _shape_contract(shapes, captured, trace, repeated)
         contract = with_data_dependent(contract, captured.shape_env)
     for note in [] if shapes is None else shapes.specialized:
         shapes_log.info("specialized: %s", note)
-        warnings.warn(f"graphport: {note}", stacklevel=2)
+        warnings.warn(f"graphport: {note}", stacklevel=4)
     call_graph = [ModuleCallEntry("", ModuleCallSignature([], [], captured.in_spec, captured.out_spec,
                                                           captured.forward_arg_names,
                                                           _keywords_by_name(fn, kwargs)))]
@@ -110,12 +141,9 @@ def export(mod: torch.nn.Module | Callable, args: tuple, kwargs: dict | None = N
             range_constraints=contract.range_constraints() if contract is not None else {},
             module_call_graph=call_graph, example_inputs=(args, kwargs), constants=captured.constants,
             input_paths=captured.input_paths, input_aliases=captured.input_aliases, shape_contract=contract,
-            shape_report=list(shapes.specialized) if shapes is not None else [])
+            shape_report=list(shapes.specialized) if shapes is not None else [], python_effects=findings)
         verify(ep)
         finish_metadata(ep.graph_module)
-    with _stage("additional inputs", 5):
-        if additional is not None:
-            check_additional_inputs(ep, additional)
     return ep
 
 
@@ -164,14 +192,25 @@ def check_additional_inputs(ep: ExportedProgram, additional: AdditionalInputs) -
                                    "ones, or drop that input set") from None
 
 
-def _shape_contract(shapes: InputShapes, captured: Captured, trace: Callable) -> ShapeContract:
-    """Check the guards against the spec, prove the small sizes, and write the contract."""
+def _shape_contract(shapes: InputShapes, captured: Captured, trace: Callable,
+                    effects: list[PythonEffect]) -> ShapeContract:
+    """Check the guards against the spec, prove the small sizes, and write the contract.
+
+    Proving a small size traces the program again; a program whose Python has effects would
+    make them again, so its small sizes below what the capture assumed are not proven but
+    refused at call time, with that reason."""
     def retrace(pinned: InputShapes, locations: bool = True):
         with warnings.catch_warnings():   # a size predicate is a Python bool there: torch.cond warns, for nothing
             warnings.filterwarnings("ignore", message="Pred is a Python constant")
             again = trace(pinned, locations)
         return again.graph, again.constants
-    report = prove_small_sizes(retrace, shapes, captured.graph, captured.constants)
+    if effects:
+        report = SmallSizeReport()
+        unproven = (f"not proven: proving it traces the program again, which would repeat its Python effects "
+                    f"({effects[0].kind} at {effects[0].location}; see ep.python_effects)")
+    else:
+        report = prove_small_sizes(retrace, shapes, captured.graph, captured.constants)
+        unproven = "the capture's decisions assumed larger sizes"
     if shapes_log.isEnabledFor(logging.INFO):
         _log_small_sizes(shapes, report)
     # A size where the program computes something else than at the example breaks the
@@ -190,7 +229,7 @@ def _shape_contract(shapes: InputShapes, captured: Captured, trace: Callable) ->
             # the reason is the one size's below the valid range: it says which, so that it
             # claims nothing of the smaller sizes refused with it (eager may run those)
             reason = (f"at {shapes.env.symbols[sym].dim_name} = {lowest - 1}, {refusal.reason}" if refusal is not None
-                      else "the capture's decisions assumed larger sizes")
+                      else unproven)
             valid_from[sym] = (lowest, reason)
             what = "narrows Dim.AUTO's range" if shapes.kinds.get(sym) == "auto" else "is refused at call time"
             shapes.specialized.append(f"{shapes.env.symbols[sym].dim_name} < {lowest} {what}: {reason}")

@@ -53,13 +53,16 @@ class ExportedProgram:
     input_aliases: dict[int, int]                 # flat input index -> earlier index it must be the same tensor as
     shape_contract: ShapeContract | None          # shape facts of a dynamic program
     shape_report: list[str]                       # dims that became static or were narrowed, and why
+    python_effects: list                          # graphport.PythonEffect: what the program's Python did
+                                                  # at export that the graph does not carry (not saved)
 
     def __init__(self, graph_module: fx.GraphModule, graph_signature: ExportGraphSignature,
                  state_dict: dict[str, torch.Tensor], range_constraints: dict,
                  module_call_graph: list[ModuleCallEntry], example_inputs: tuple[tuple, dict] | None = None,
                  constants: dict[str, torch.Tensor] | None = None, input_paths: list[str] | None = None,
                  input_aliases: dict[int, int] | None = None, shape_contract: ShapeContract | None = None,
-                 shape_report: list[str] | None = None, verifiers: list[type[Verifier]] | None = None):
+                 shape_report: list[str] | None = None, verifiers: list[type[Verifier]] | None = None,
+                 python_effects: list | None = None):
         self.graph_module = graph_module
         self.graph_signature = graph_signature
         self.state_dict = state_dict
@@ -72,6 +75,7 @@ class ExportedProgram:
         self.shape_contract = shape_contract
         self.shape_report = shape_report or []
         self._verifiers = list(verifiers or [TrainingIRVerifier])
+        self.python_effects = list(python_effects or [])
         self._validate()
 
     def _validate(self) -> None:

@@ -21,6 +21,7 @@ from typing import Any, Callable
 import torch
 import torch.fx as fx
 
+from ..audit import PythonAudit
 from ..ops.policy import EXPORT_DEFAULT, DispatchPolicy
 from ..shapes.env import ShapeEnv
 from ..shapes.spec import InputShapes
@@ -60,13 +61,15 @@ class Captured:
 
 def capture(fn: Callable, args: tuple, kwargs: dict, root: torch.nn.Module | None,
             shapes: InputShapes | None = None, policy: DispatchPolicy = EXPORT_DEFAULT,
-            locations: bool = True, preserve: tuple[str, ...] = (), prove_locally: bool = False) -> Captured:
+            locations: bool = True, preserve: tuple[str, ...] = (), prove_locally: bool = False,
+            audit: PythonAudit | None = None) -> Captured:
     """Run `fn` once on tracers; `shapes` gives input tensors symbolic sizes. `locations`
     False leaves out each node's source location and module stack (a re-trace that is only
     compared with the capture: walking the Python stack per node is a good part of tracing).
     `preserve` names the submodules whose call boundary is recorded (calls.py).
     `prove_locally`: assumptions about small sizes made computing one operator's metadata
-    are kept in `shapes.env.deferral` for a proof operator by operator (local_proofs.py)."""
+    are kept in `shapes.env.deferral` for a proof operator by operator (local_proofs.py).
+    `audit` watches the program's own Python while it runs (graphport.audit)."""
     rec = Recorder(entry_frame=sys._getframe(0), locations=locations)
     if shapes is not None and prove_locally:
         rec.defer_assumptions(DeferredAssumptions(shapes.env))
@@ -90,7 +93,9 @@ def capture(fn: Callable, args: tuple, kwargs: dict, root: torch.nn.Module | Non
         rec.until_done = stack   # contexts capture enters on the way (capture/data_dependent.py)
         with state.swapped() if state is not None else contextlib.nullcontext(), CaptureMode(rec, policy):
             tracer_args, tracer_kwargs = inputs.rebuild()
-            out = fn(*tracer_args, **tracer_kwargs)
+            with audit.watching(fn, (tracer_args, tracer_kwargs, root)) if audit is not None \
+                    else contextlib.nullcontext():
+                out = fn(*tracer_args, **tracer_kwargs)
         rec.module_stack.clear()
         # still inside the environment: size arithmetic needs torch's Python meta kernels
         signature, out_spec = finish_graph(rec, out, inputs, state, _definition_site(fn))

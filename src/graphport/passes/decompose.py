@@ -84,7 +84,7 @@ def run_decompositions(ep: ExportedProgram, decomp_table: dict[Any, Callable] | 
         dict(ep.range_constraints), [_renamed(e, replayed.renamed) for e in ep.module_call_graph],
         ep.example_inputs, {**ep.constants, **replayed.constant_values}, list(ep.input_paths),
         dict(ep.input_aliases), *_narrowed(ep, env, proven.valid_from),
-        verifiers=[CoreATenVerifier if decomp_table is None else Verifier])
+        verifiers=[CoreATenVerifier if decomp_table is None else Verifier], python_effects=ep.python_effects)
     lowered.validate()
     finish_metadata(lowered.graph_module)
     progress.report("run_decompositions", 3, 3)

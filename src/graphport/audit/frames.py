@@ -1,0 +1,87 @@
+"""Whose code is running: the user's (audited), a library's, or the machinery's (not audited).
+
+The audit looks at the Python the user wrote: files that are not part of torch, graphport,
+Python's standard library, or an installed package (site-packages). Installed libraries
+such as transformers are trusted to keep only bookkeeping of their own in forward (caches,
+`logger.warning_once` registries, hook dictionaries): their frames are not audited, and an
+effect they make is not attributed to the user. Standard-library frames are transparent:
+`random.randint` or `logging.info` called from user code is the user's effect, found at the
+user's line.
+"""
+from __future__ import annotations
+
+import os
+import sys
+import sysconfig
+from types import CodeType, FrameType
+
+import torch
+
+USER, STDLIB, OTHER, GENERATED = 0, 1, 2, 3
+
+_STDLIB_DIRS = tuple({os.path.realpath(sysconfig.get_paths()[k]) + os.sep for k in ("stdlib", "platstdlib")}
+                     | {os.path.dirname(os.__file__) + os.sep})
+_SITE_DIRS = tuple({os.path.realpath(sysconfig.get_paths()[k]) + os.sep for k in ("purelib", "platlib")}
+                   | {os.path.dirname(os.path.dirname(torch.__file__)) + os.sep})
+_OWN_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
+_TORCH_DIR = os.path.dirname(torch.__file__) + os.sep
+
+_kinds: dict[CodeType, int] = {}
+_CACHE_LIMIT = 50_000
+
+
+def kind(code: CodeType) -> int:
+    """USER, STDLIB, OTHER (torch, graphport, an installed library), or GENERATED: code made
+    at run time (`<string>`: dataclasses' methods, exec), whose owner is its caller's."""
+    found = _kinds.get(code)
+    if found is None:
+        if len(_kinds) >= _CACHE_LIMIT:
+            _kinds.clear()
+        found = _kinds[code] = _classify(code.co_filename)
+    return found
+
+
+def _classify(filename: str) -> int:
+    if filename.startswith("<frozen"):
+        return STDLIB
+    if filename.startswith("<"):
+        return GENERATED
+    if filename.startswith((_OWN_DIR, _TORCH_DIR)):
+        return OTHER
+    path = os.path.realpath(filename) if os.path.isabs(filename) else filename
+    if path.startswith(_SITE_DIRS) or filename.startswith(_SITE_DIRS):
+        return OTHER
+    if path.startswith(_STDLIB_DIRS) or filename.startswith(_STDLIB_DIRS):
+        # warnings.warn shows its message through the standard library: a diagnostic, not an effect
+        return OTHER if os.path.basename(path) == "warnings.py" else STDLIB
+    return USER
+
+
+def frame_kind(frame: FrameType) -> int:
+    """USER, STDLIB or OTHER for a running frame: generated code counts as its caller's."""
+    k = kind(frame.f_code)
+    while k == GENERATED:
+        frame = frame.f_back
+        if frame is None:
+            return USER
+        k = kind(frame.f_code)
+    return k
+
+
+def user_caller(frame: FrameType | None) -> FrameType | None:
+    """The user frame that `frame` works for: itself if it is user code, the first user frame
+    above a run of standard-library frames, None if a library or torch frame comes first."""
+    while frame is not None:
+        k = frame_kind(frame)
+        if k == USER:
+            return frame
+        if k == OTHER:
+            return None
+        frame = frame.f_back
+    return None
+
+
+def is_user_callable(fn) -> bool:
+    """Whether calling `fn` (a function or an nn.Module's forward) runs user code."""
+    code = getattr(getattr(fn, "__func__", fn), "__code__", None)
+    return code is not None and kind(code) in (USER, GENERATED)
