@@ -104,7 +104,13 @@ def either_of_two(x):
     return x + 1 if x.shape[0] * 0.1 > 1000 or x.shape[0] / 7 < 10 else x - 1
 
 
-@pytest.mark.parametrize("fn", [tenth_below_size, third_nonnegative, inverse_root_above, either_of_two])
+def product_of_inexact(x):
+    n = x.shape[0]
+    return x + 1 if (n * 0.1 + 1e-300) * (n * 0.3 + 1e-300) < n * n + 1 else x - 1
+
+
+@pytest.mark.parametrize("fn", [tenth_below_size, third_nonnegative, inverse_root_above, either_of_two,
+                                product_of_inexact])
 def test_comparison_with_margin_stays_symbolic(fn):
     """Where the real difference clears the rounding error everywhere in range the ranges
     decide it, no guard: the program stays dynamic and is right at every size."""

@@ -113,3 +113,16 @@ def test_cond_branch_computing_with_a_size_derived_float():
     cond = next(node for node in ep.graph.nodes if node.target is torch.ops.higher_order.cond)
     operands = cond.args[3]
     assert all(not isinstance(o.meta["val"], torch.SymFloat) for o in operands), operands
+
+
+def test_training_batch_norm_of_an_empty_batch():
+    """Eager returns a copy of an empty input and leaves the running statistics alone; the
+    batch norm operator the capture recorded rejected the empty input on every call."""
+    x = torch.randn(0, 3)
+    reference, model = TrainingBatchNorm().train(), TrainingBatchNorm().train()
+    ep = gp.export(model, (x,))
+    module = ep.module()
+    torch.testing.assert_close(module(x.clone()), reference(x.clone()))
+    theirs = dict(reference.named_buffers())
+    for name, buffer in module.named_buffers():
+        torch.testing.assert_close(buffer, theirs[name], msg=name)

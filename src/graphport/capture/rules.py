@@ -56,6 +56,8 @@ def _batch_norm(mode, input, weight, bias, running_mean, running_var, training, 
         out = mode.call(aten._native_batch_norm_legit_no_training.default,
                         (input, weight, bias, running_mean, running_var, momentum, eps), {})
         return out[0]
+    if isinstance(input.numel(), int) and input.numel() == 0:
+        return _empty_batch_norm(mode, input, weight, bias)
     if running_mean is None:
         out = mode.call(aten._native_batch_norm_legit.no_stats, (input, weight, bias, True, momentum, eps), {})
         return out[0]
@@ -64,6 +66,18 @@ def _batch_norm(mode, input, weight, bias, running_mean, running_var, training, 
     mode.write(running_mean, out[3])
     mode.write(running_var, out[4])
     return out[0]
+
+
+def _empty_batch_norm(mode, input, weight, bias):
+    """Training-mode batch norm of an input with no elements, as eager computes it: a copy
+    of the input, times weight[0] and plus bias[0] where given, running statistics left as
+    they are (the batch norm operators themselves reject an empty input)."""
+    out = mode.call(aten.clone.default, (input,), {})
+    if weight is not None:
+        out = mode.call(aten.mul.Tensor, (out, mode.call(aten.select.int, (weight, 0, 0), {}, view=True)), {})
+    if bias is not None:
+        out = mode.call(aten.add.Tensor, (out, mode.call(aten.select.int, (bias, 0, 0), {}, view=True)), {})
+    return out
 
 
 SPECIAL: dict[Any, Callable] = {

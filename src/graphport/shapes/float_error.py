@@ -18,6 +18,7 @@ with a guard.
 from __future__ import annotations
 
 import math
+from fractions import Fraction
 
 import sympy
 
@@ -236,11 +237,24 @@ def _coarse(error: sympy.Expr) -> sympy.Expr | None:
             continue
         if coeff < 0:
             return None   # an error bound is a sum of nonnegative terms; anything else is not understood
-        coeff = sympy.Integer(2) ** math.ceil(math.log2(coeff)) if coeff.is_Rational else coeff
-        if rest == 1:
+        if coeff.is_Rational:
+            coeff = _power_of_two_above(max(coeff, TINY))
+        elif rest == 1:
             coeff = max(coeff, TINY)
         terms.append(coeff * rest)
     return sympy.Add(*terms)
+
+
+def _power_of_two_above(value: sympy.Rational) -> sympy.Expr:
+    """The least power of two >= value > 0, in exact arithmetic (no float: the value may be
+    beyond a float's range)."""
+    value = Fraction(int(value.p), int(value.q))
+    k = value.numerator.bit_length() - value.denominator.bit_length()
+    while Fraction(2) ** k < value:
+        k += 1
+    while Fraction(2) ** (k - 1) >= value:
+        k -= 1
+    return sympy.Integer(2) ** k
 
 
 def _rounded(carried: sympy.Expr, magnitude: sympy.Expr) -> sympy.Expr:
