@@ -234,7 +234,9 @@ def main() -> None:
 
 
 def cell(ours: str, theirs: str) -> str:
-    """One table cell: both results when they differ, else the shared one."""
+    """One table cell: both results when they differ, else the shared one; a failure by its
+    exception type (the printed lines above give the message)."""
+    ours, theirs = (r.split(":")[0] if r.startswith("FAIL") else r for r in (ours, theirs))
     if ours == theirs:
         return f"{ours} (both)" if ours.startswith("FAIL") else ours
     return f"graphport: {ours}; torch.export: {theirs}"
