@@ -227,11 +227,31 @@ def main() -> None:
                       f"torch.export: {cells['torch.export']}", flush=True)
     total = len(rows)
     print(f"\naccepted: graphport {passed['graphport']}/{total}, torch.export {passed['torch.export']}/{total} "
-          f"({time.perf_counter() - start:.0f} s)")
+          f"({time.perf_counter() - start:.0f} s); the same result as torch.export's program: "
+          f"{sum(r[3] == r[4] for r in rows)}/{total}")
     if args.markdown:
-        print("\n| model | batch | consumer | graphport (to_torch) | torch.export |\n|---|---|---|---|---|")
-        for row in rows:
-            print("| " + " | ".join(row) + " |")
+        print(markdown(rows))
+
+
+def cell(ours: str, theirs: str) -> str:
+    """One table cell: both results when they differ, else the shared one; a failure by its
+    exception type (the printed lines above give the message)."""
+    ours, theirs = (r.split(":")[0] if r.startswith("FAIL") else r for r in (ours, theirs))
+    if ours == theirs:
+        return f"{ours} (both)" if ours.startswith("FAIL") else ours
+    return f"graphport: {ours}; torch.export: {theirs}"
+
+
+def markdown(rows: list[tuple[str, str, str, str, str]]) -> str:
+    """Rows (model, batch, consumer, graphport's result, torch.export's) as one table, a row per
+    model and batch, a column per consumer."""
+    names = list(dict.fromkeys(r[2] for r in rows))
+    table: dict[tuple[str, str], dict[str, str]] = {}
+    for model, batch, name, ours, theirs in rows:
+        table.setdefault((model, batch), {})[name] = cell(ours, theirs)
+    lines = ["| model | batch | " + " | ".join(names) + " |", "|---|---|" + "---|" * len(names)]
+    lines += [f"| {m} | {b} | " + " | ".join(cells.get(n, "") for n in names) + " |" for (m, b), cells in table.items()]
+    return "\n".join(lines)
 
 
 if __name__ == "__main__":

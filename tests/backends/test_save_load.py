@@ -9,7 +9,7 @@ import torch
 
 from .programs import consumers, case, graphport_program, params
 
-FAST = {("cnn", True, False), ("transformer", False, False)}
+FAST = {("cnn", True, False), ("cnn", True, True), ("transformer", False, False)}
 
 
 @pytest.mark.parametrize("model,dynamic,through_file", params(FAST))

@@ -22,7 +22,7 @@ import torch.fx as fx
 from torch._dynamo.source import TensorProperty, TensorPropertySource
 from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.fx.experimental.symbolic_shapes import CallMethodKey, ShapeEnv, ValueRangesSLoc, free_unbacked_symbols
-from torch.utils._pytree import SequenceKey, keystr, tree_flatten, tree_unflatten
+from torch.utils._pytree import SequenceKey, keystr, tree_flatten, tree_flatten_with_path, tree_map, tree_unflatten
 from torch.utils._sympy.functions import FloorDiv, PythonMod
 from torch._export.verifier import TrainingIRVerifier, Verifier
 from torch._guards import GuardSource, ShapeGuard, Source
@@ -77,14 +77,30 @@ def to_torch(ep: ExportedProgram, dialect: str = "TRAINING") -> texport.Exported
         _add_input_guards(shape_env, contract, symbols, paths)
     tep = texport.ExportedProgram(
         root=root, graph=graph, graph_signature=_signature(ep.graph_signature),
-        state_dict=dict(ep.state_dict), range_constraints=_range_constraints(ep, contract, symbols),
+        state_dict=_own_storage(ep.state_dict), range_constraints=_range_constraints(ep, contract, symbols),
         module_call_graph=[_call_entry(e) for e in ep.module_call_graph],
-        example_inputs=ep.example_inputs, constants=dict(ep.constants), verifiers=[_VERIFIERS[dialect]])
+        example_inputs=tree_map(_own_storage_one, ep.example_inputs), constants=_own_storage(ep.constants), verifiers=[_VERIFIERS[dialect]])
     if contract is not None:
         tep.graph_module.meta[CONTRACT_META_KEY] = contract.to_json()
     if ep.call_spec.keywords_by_name:
         tep.graph_module.meta[KEYWORDS_META_KEY] = True
     return tep
+
+
+def _own_storage(tensors: dict) -> dict:
+    """Each tensor on a storage of its own. A program loaded by gp.load holds its weights and
+    example inputs as slices of one memory-mapped file; torch.export.save writes a tensor's
+    whole storage and its loader reads that back as the tensor's dtype, which fails for a
+    slice of a byte buffer. Other tensors are passed as they are, uncopied."""
+    return {name: _own_storage_one(value) for name, value in tensors.items()}
+
+
+def _own_storage_one(value: Any) -> Any:
+    if isinstance(value, torch.Tensor) and value.device.type != "meta" and (
+            value.storage_offset() != 0 or value.untyped_storage().nbytes() != value.nbytes):
+        copy = value.detach().clone()
+        return torch.nn.Parameter(copy, value.requires_grad) if isinstance(value, torch.nn.Parameter) else copy
+    return value
 
 
 # -- symbols --------------------------------------------------------------------------------------
