@@ -52,7 +52,7 @@ def measure_model(name: str) -> dict[str, Any]:
     """Everything for one model, measured in this (fresh) process."""
     from bench import measure, zoo
 
-    entry = zoo.MODELS[name]
+    entry = zoo.ALL_MODELS[name]
     built = entry.build()
     run = not entry.meta
     row: dict[str, Any] = {"model": name, "family": entry.family,
@@ -395,7 +395,8 @@ def main() -> None:
     from bench import zoo
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--models", help="comma-separated subset of: " + ",".join(zoo.MODELS))
+    parser.add_argument("--models", help="comma-separated subset of: " + ",".join(zoo.ALL_MODELS)
+                        + " (default: the main zoo, " + ",".join(zoo.MODELS) + ")")
     parser.add_argument("--timeout", type=float, default=300.0, help="per-model time limit, seconds")
     parser.add_argument("--section", default="model-zoo",
                         help="RESULTS.md section to write (another name keeps the main table; its CSV is "
