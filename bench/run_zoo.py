@@ -52,7 +52,7 @@ def measure_model(name: str) -> dict[str, Any]:
     """Everything for one model, measured in this (fresh) process."""
     from bench import measure, zoo
 
-    entry = zoo.MODELS[name]
+    entry = zoo.ALL_MODELS[name]
     built = entry.build()
     run = not entry.meta
     row: dict[str, Any] = {"model": name, "family": entry.family,
@@ -271,8 +271,8 @@ def run_all(names: list[str], timeout: float) -> list[dict[str, Any]]:
     return rows
 
 
-def write_csv(rows: list[dict[str, Any]]) -> None:
-    with CSV_PATH.open("w", newline="") as f:
+def write_csv(rows: list[dict[str, Any]], path: Path = CSV_PATH) -> None:
+    with path.open("w", newline="") as f:
         writer = csv.DictWriter(f, fieldnames=COLUMNS, extrasaction="ignore")
         writer.writeheader()
         writer.writerows(rows)
@@ -395,8 +395,12 @@ def main() -> None:
     from bench import zoo
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--models", help="comma-separated subset of: " + ",".join(zoo.MODELS))
+    parser.add_argument("--models", help="comma-separated subset of: " + ",".join(zoo.ALL_MODELS)
+                        + " (default: the main zoo, " + ",".join(zoo.MODELS) + ")")
     parser.add_argument("--timeout", type=float, default=300.0, help="per-model time limit, seconds")
+    parser.add_argument("--section", default="model-zoo",
+                        help="RESULTS.md section to write (another name keeps the main table; its CSV is "
+                             "bench/zoo_results_SECTION.csv)")
     parser.add_argument("--worker", nargs=2, metavar=("MODEL", "OUT_JSON"), help=argparse.SUPPRESS)
     opts = parser.parse_args()
     torch.set_num_threads(1)  # stable timings on a shared 2-core machine; inherited by the record
@@ -406,10 +410,11 @@ def main() -> None:
         return
     names = opts.models.split(",") if opts.models else list(zoo.MODELS)
     rows = run_all(names, opts.timeout)
-    write_csv(rows)
+    csv_path = CSV_PATH if opts.section == "model-zoo" else CSV_PATH.with_name(f"zoo_results_{opts.section}.csv")
+    write_csv(rows, csv_path)
     body = "\n\n".join([
-        "## Model zoo",
-        harness.stamp() + f"  \nper-model time limit {opts.timeout:g} s; CSV: `bench/zoo_results.csv`",
+        "## Model zoo" + ("" if opts.section == "model-zoo" else f" ({opts.section})"),
+        harness.stamp() + f"  \nper-model time limit {opts.timeout:g} s; CSV: `bench/{csv_path.name}`",
         "Status: `ok` = exported, verified and matched eager (dynamic: also at a second in-range shape); "
         "`error` = a user-facing exporter error; `crash` = an internal error (a bug); `wrong` = exported but "
         "failed the verifier or the comparison; `unsupported` = no dynamic-shape API yet. Times are one "
@@ -429,7 +434,7 @@ def main() -> None:
         "Summary:\n\n" + summary(rows),
         "Failures:\n\n" + failures(rows),
     ])
-    harness.write_section(harness.RESULTS_MD, "model-zoo", body, "Benchmark results")
+    harness.write_section(harness.RESULTS_MD, opts.section, body, "Benchmark results")
     print(summary(rows))
 
 

@@ -67,3 +67,17 @@ def test_default_return_dict_exports_with_dynamic_batch(name, tmp_path):
         _assert_output_matches(gp.load(tmp_path / "model.gport").module()(*args), model(*args))
         fresh = make_args(3)
         _assert_output_matches(to_torch(ep).module()(*fresh), model(*fresh))
+
+
+def test_sd3_transformer_exports_with_a_dynamic_image_size_up_to_its_position_grid():
+    """SD3 crops its position grid to the image: a view of the grid at the largest size, a copy below."""
+    torch.manual_seed(0)
+    model, make_args = _sd3()
+    model.eval()
+    side = gp.Dim("side", min=1, max=8)   # latents of 4*side: 2*side patches, up to the whole 16 x 16 grid
+    args = make_args(2)
+    ep = gp.export(model, args, dynamic_shapes=({2: 4 * side, 3: 4 * side}, None, None, None))
+    with torch.no_grad():
+        for s in (8, 1, 3):
+            fresh = (torch.randn(2, 4, 4 * s, 4 * s),) + args[1:]
+            _assert_output_matches(ep.module()(*fresh), model(*fresh))

@@ -1,6 +1,7 @@
 """Models whose shape checks are floor-division arithmetic that the declared ranges settle."""
 import torch
 import torch.nn as nn
+import torch.nn.functional as F
 
 import graphport as gp
 
@@ -28,3 +29,21 @@ def test_group_norm_after_a_strided_conv_exports_over_the_whole_range():
     # torch.export accepts the same spec
     tspec = ({0: torch.export.Dim("batch", min=1, max=8), 2: torch.export.Dim("samples", min=15, max=16000)},)
     torch.export.export(model, (torch.randn(2, 1, 400),), dynamic_shapes=tspec)
+
+
+def chunked(x):
+    """Mamba-2's chunking: the sequence padded up to a multiple of 256, then split into chunks."""
+    b, s, d = x.shape
+    x = F.pad(x, (0, 0, 0, (-s) % 256))
+    return x.reshape(b, -1, 256, d).sum(2)
+
+
+def test_padded_chunks_export_at_batch_one():
+    """At batch 1 the small-size trace computes the chunk count as (4*padded)//1024, the capture
+    as padded//256: one floor division, in one normal form."""
+    spec = ({0: gp.Dim("batch", min=1, max=8), 1: gp.Dim("seq", min=1, max=1024)},)
+    ep = gp.export(chunked, (torch.randn(2, 300, 4),), dynamic_shapes=spec)
+    for batch, seq in [(2, 300), (1, 1), (1, 256), (1, 257), (3, 1024), (8, 511)]:
+        x = torch.randn(batch, seq, 4)
+        torch.testing.assert_close(ep.module()(x), chunked(x))
+

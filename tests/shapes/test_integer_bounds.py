@@ -146,3 +146,10 @@ def test_size_arithmetic_of_real_models_is_settled_by_the_ranges(rel, spans):
     small = {sym: range(r.lower, min(r.upper, r.lower + 300) + 1) for sym, r in spans.items()}
     for values in itertools.product(*small.values()):
         assert rel.xreplace({sym: sympy.Integer(v) for sym, v in zip(small, values)}) is sympy.true
+
+
+def test_floor_division_and_modulo_divide_out_a_common_integer_factor():
+    padded = s + Mod(-s, 256)
+    assert FloorDiv(4 * padded, 1024) == FloorDiv(padded, 256)
+    assert Mod(4 * padded, 1024) == 0
+    assert Mod(6 * s + 4, 8) == 2 * Mod(3 * s + 2, 4)

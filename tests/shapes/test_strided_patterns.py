@@ -487,6 +487,7 @@ TORCH_EXPORT_ALONE_REFUSES = {
     "audio_spectrogram_cnn": "torch suggests even lengths from a guard (`2*((t - 1)//2) < t`) that holds for every t",
     "audio_avgpool_ceil": "torch suggests t = 3*k - 2 from a guard (`3*(t//3) - 3 < t`) that holds for every t",
     "audio_conv_stem_positions": "one frame at t <= 2, which torch refuses",
+    "audio_reshape_by_batch": "one frame at t < 15, which torch refuses",
     "shifted_windows": "torch cannot prove that a size padded to a multiple of 7 over its number of windows is 7 "
                        "(`hp // (hp // 7) == 7`); graphport reads hp as 7*(hp // 7)",
     "nested_floor_crop": "torch suggests multiples of 4 from `h//4 <= (h + 3)//4`, which holds for every h",

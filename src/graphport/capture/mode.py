@@ -21,6 +21,7 @@ from ..ops.views import ViewInverseMismatch, ViewWriteError, addresses_base_stor
 from . import example_answers
 from ..values import DEVICE_KEY
 from .data_dependent import mask_index, rules as data_dependent_rules, truth
+from .eager_check import runs_at_the_example
 from . import custom_ops
 from .environment import register_higher_order_rules
 from .grad import as_eager_requires
@@ -197,7 +198,7 @@ class CaptureMode(_torch.TorchDispatchMode):
                 raise
             if isinstance(e, NotImplementedError) or not _torch.has_meta_kernel(func):
                 raise _no_meta_kernel(func, e) from None
-            raise _operator_error(func, e) from e
+            raise _operator_error(func, e, meta_args, meta_kwargs) from e
 
     def _meta_kernel(self, func, args, kwargs, meta_args, meta_kwargs):
         """torch's meta kernel; on symbolic sizes first the closed forms for the common calls
@@ -344,7 +345,7 @@ class CaptureMode(_torch.TorchDispatchMode):
         except (RuntimeError, ValueError, TypeError, IndexError) as e:
             if isinstance(e, GraphportError):
                 raise
-            raise _operator_error(func, e) from e   # the op's own checks reject its arguments
+            raise _operator_error(func, e, *map_args(self._meta, (args, kwargs))) from e   # the op's own checks
         if out is NotImplemented:
             return None
         if isinstance(out, tuple):
@@ -539,12 +540,20 @@ def _unbind(schema, bound: dict) -> tuple[tuple, dict]:
     return tuple(args), kwargs
 
 
-def _operator_error(func, e: Exception) -> OperatorError:
+def _operator_error(func, e: Exception, meta_args: tuple, meta_kwargs: dict) -> GraphportError:
+    """The operator rejected its arguments on the capture's symbolic sizes. Eager is asked at the
+    example's concrete layout before the error says it fails there too."""
     message = str(e).strip().splitlines()[0][:500] if str(e).strip() else type(e).__name__
+    in_eager = runs_at_the_example(func, meta_args, meta_kwargs)
+    if in_eager:
+        return UnsupportedFeatureError(
+            f"{func.name()} fails on the symbolic sizes graphport worked out ({message}), but eager PyTorch runs it "
+            "at the example's sizes: graphport cannot yet show this call valid over the declared ranges",
+            fix="mark the dimensions reaching this call static, or narrow their Dims, to export for now")
     return OperatorError(
         f"{func.name()} failed on the example inputs: {message}",
-        fix="check the shapes and dtypes reaching this call (if eager PyTorch runs it with these inputs, "
-            "graphport is wrong to refuse it: please report it)")
+        fix="this call fails the same way in eager PyTorch; check the shapes and dtypes reaching it"
+            if in_eager is False else "check the shapes and dtypes reaching this call")
 
 
 def _no_meta_kernel(func, error: Exception) -> UnsupportedOperatorError:

@@ -62,16 +62,20 @@ class Recorder:
         self.deferred = self.meta_cache.deferred = deferred
 
     @contextlib.contextmanager
-    def view_or_copy(self, source):
+    def view_or_copy(self, source, copy_if_undecided: bool = False):
         """A call that returns a view or a copy of `source` depending on its layout
         (`contiguous()`, `reshape`, `flatten`); the list yielded takes its result. Where the
         choice depended on a size assumed large, the deferred proof tracks it (local_proofs.py);
         where on a question nothing settled (a data-dependent size, dims the spec does not
-        relate), both tensors are remembered: a write into either is refused (`written`)."""
+        relate), both tensors are remembered: a write into either is refused (`written`).
+        With `copy_if_undecided`, a question about input sizes that nothing settles raises
+        ChoiceUndecided instead of becoming a guard (the caller makes the call on a copy)."""
         env = self.sizes.env if self.sizes is not None else None
         outer = env.undecided if env is not None else None
+        outer_copy = env.copy_if_undecided if env is not None else False
         if env is not None:
             env.undecided = []
+            env.copy_if_undecided = copy_if_undecided
         try:
             with self.deferred.choice(source) if self.deferred is not None else contextlib.nullcontext([]) as result:
                 yield result
@@ -79,10 +83,16 @@ class Recorder:
         finally:
             if env is not None:
                 env.undecided = outer
+                env.copy_if_undecided = outer_copy
         if undecided:
-            for t in (source, *result[:1]):
-                if isinstance(t, TracerTensor):
-                    self.unsettled_aliases[id(t.gp_base if t.gp_base is not None else t)] = undecided[0]
+            self.unsettled_choice(source, result[0] if result else None, undecided[0])
+
+    def unsettled_choice(self, source, result, question) -> None:
+        """`result` is a view of `source` at some sizes and a copy at others (where `question`
+        holds or not): a write into either is refused (`written`)."""
+        for t in (source, result):
+            if isinstance(t, TracerTensor):
+                self.unsettled_aliases[id(t.gp_base if t.gp_base is not None else t)] = question
 
     def written(self, target) -> None:
         """An in-place write into `target`: refused where a view-or-copy choice left its

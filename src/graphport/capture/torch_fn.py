@@ -12,6 +12,7 @@ from typing import Any, Callable
 import torch
 from torch.overrides import TorchFunctionMode
 
+from ..shapes.env import ChoiceUndecided
 from .tensor_data import has_data_dependent_values, tensor_from_symbolic
 
 
@@ -44,11 +45,27 @@ class TorchFunctionTracker(TorchFunctionMode):
             if layout == "reads":
                 self.recorder.layout_read(args[0] if args else None)
                 return func(*args, **(kwargs or {}))
-            with self.recorder.view_or_copy(args[0] if args else None) as result:
-                result.append(func(*args, **(kwargs or {})))
-            return result[0]
+            return self._view_or_copy(func, args, kwargs or {})
         finally:
             self.on_enter(None)
+
+    def _view_or_copy(self, func, args, kwargs):
+        """A reshape, flatten or contiguous() call. Where its choice between a view and a copy
+        turns on sizes the ranges do not settle (a slice of a buffer is viewable only where it
+        spans the whole buffer), eager's values are the same either way: the call is made on a
+        contiguous copy of its input instead of guarding, and a later write into the result or
+        the input, the one thing that could tell the two apart, is refused."""
+        source = args[0] if args else None
+        try:
+            with self.recorder.view_or_copy(source, copy_if_undecided=isinstance(source, torch.Tensor)) as result:
+                result.append(func(*args, **kwargs))
+            return result[0]
+        except ChoiceUndecided as undecided:
+            copy = source.clone(memory_format=torch.contiguous_format)
+            with self.recorder.view_or_copy(copy) as result:
+                result.append(func(copy, *args[1:], **kwargs))
+            self.recorder.unsettled_choice(source, result[0], undecided.question)
+            return result[0]
 
 
 # Flags that torch's operators take as a Python bool only (the argument parser rejects a

@@ -22,7 +22,7 @@ import torch.fx as fx
 from torch._dynamo.source import TensorProperty, TensorPropertySource
 from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.fx.experimental.symbolic_shapes import CallMethodKey, ShapeEnv, ValueRangesSLoc, free_unbacked_symbols
-from torch.utils._pytree import SequenceKey, keystr, tree_flatten, tree_flatten_with_path, tree_map, tree_unflatten
+from torch.utils._pytree import SequenceKey, keystr, tree_flatten, tree_map, tree_unflatten
 from torch.utils._sympy.functions import FloorDiv, PythonMod
 from torch._export.verifier import TrainingIRVerifier, Verifier
 from torch._guards import GuardSource, ShapeGuard, Source

@@ -30,6 +30,18 @@ _guards_log = logging.getLogger("graphport.shapes.guards")
 _UNSET = object()
 
 
+class ChoiceUndecided(Exception):
+    """A view-or-copy call (reshape, flatten, contiguous) asked a question about sizes that the
+    ranges do not settle. Which way it goes decides only whether the result aliases its
+    source, never its values, so it is not made a guard: capture makes the call again on a
+    contiguous copy of the source, which never asks it (a question the copy asks again, such as
+    whether the sizes fit the new shape at all, is guarded as usual)."""
+
+    def __init__(self, question: sympy.Basic):
+        super().__init__(str(question))
+        self.question = question
+
+
 @dataclass
 class Guard:
     rel: sympy.Basic
@@ -71,6 +83,9 @@ class ShapeEnv:
     # while a view-or-copy call runs: the questions nothing settled (its kernel takes a default
     # answer, valid for the values but maybe not for aliasing)
     undecided: list | None = None
+    # while a view-or-copy call that can be made again on a copy runs: a question about input
+    # sizes nothing settles raises ChoiceUndecided instead of becoming a guard
+    copy_if_undecided: bool = False
 
     def share_caches(self, other: "ShapeEnv") -> None:
         """Reuse `other`'s caches of pure answers (a re-trace of the same program: most of
@@ -236,6 +251,8 @@ class ShapeEnv:
             if answer is None:
                 raise undecidable(rel, self.unbacked, location)
             return answer
+        if self.copy_if_undecided:
+            raise ChoiceUndecided(rel)
         self._asked[rel] = asked = self._asked.get(rel, 0) + 1
         if asked > _MAX_REPEATS:
             raise UnsupportedFeatureError(

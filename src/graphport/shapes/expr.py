@@ -26,7 +26,8 @@ class FloorDiv(sympy.Function):
     """Integer floor division `a // b` (sympy's floor(a / b) brings in rationals).
 
     Kept in a normal form so that sizes computed along different paths compare equal
-    without sympy's general simplification: by a positive constant `k`, terms divisible by
+    without sympy's general simplification: by a positive constant `k`, an integer factor
+    every term shares with `k` is divided out (`(4*x)//1024 == x//256`), terms divisible by
     `k` move out (`(2*x + 3)//2 == x + 3//2`), the constant left inside lies in [0, k)
     (`(x - 1)//2 + 1 == (x + 1)//2`), and nested divisions merge
     (`((a//m) + c)//n == (a + c*m)//(m*n)`), so a stack of strided convolutions gives one
@@ -61,6 +62,9 @@ class FloorDiv(sympy.Function):
 def _floordiv_by_constant(a: sympy.Expr, k: int):
     """`a // k` in normal form, or None when `FloorDiv(a, k)` already is."""
     terms = sympy.Add.make_args(a)
+    shared = math.gcd(_integer_content(terms), k)
+    if shared > 1:   # (4*x + 4*y) // 1024 == (x + y) // 256: the same division, one form
+        return FloorDiv(sympy.Add(*[t / shared for t in terms]), sympy.Integer(k // shared))
     whole = [t for t in terms if _divisible(t, k)]
     constant = sum((int(t) for t in terms if t.is_Integer and t not in whole), 0)
     rest = [t for t in terms if t not in whole and not t.is_Integer]
@@ -74,6 +78,19 @@ def _floordiv_by_constant(a: sympy.Expr, k: int):
     if not rest:
         return outside
     return outside + FloorDiv(sympy.Add(*rest) + inside_constant, k)
+
+
+def _integer_content(terms) -> int:
+    """The gcd of the integer coefficients of a sum's terms (1 when one is not an integer)."""
+    content = 0
+    for term in terms:
+        coeff = term.as_coeff_Mul()[0]
+        if not coeff.is_Integer:
+            return 1
+        content = math.gcd(content, int(coeff))
+        if content == 1:
+            return 1
+    return content
 
 
 def _opaque_atoms(expr: sympy.Expr, table: dict) -> sympy.Expr:
@@ -105,6 +122,9 @@ class Mod(sympy.Function):
             return sympy.Integer(0)
         if b.is_Integer and b > 0:
             k = int(b)
+            shared = math.gcd(_integer_content(sympy.Add.make_args(a)), k)
+            if shared > 1:   # (g*x) % (g*m) == g * (x % m)
+                return shared * Mod(sympy.Add(*[t / shared for t in sympy.Add.make_args(a)]), sympy.Integer(k // shared))
             # (x + y % m) % k == (x + y) % k when k divides m: a size padded up to a multiple
             # (`h + (k - h % k) % k`) is then seen to be one
             terms = [_drop_inner_mod(t, k) for t in sympy.Add.make_args(a)]
