@@ -39,6 +39,7 @@ LOGGERS = {
     "guards": "graphport.shapes.guards",
     "passes": "graphport.passes",
     "check": "graphport.check",
+    "serde": "graphport.serde",
 }
 ENV = "GRAPHPORT_LOGS"
 _handler: logging.Handler | None = None

@@ -137,3 +137,21 @@ def test_progress_reaches_a_listener_and_leaves_no_hook():
     count = len(seen)
     gp.export(Deep(), (torch.randn(2, 4),))   # nobody listens: nothing reported
     assert len(seen) == count
+
+
+def test_save_and_load_log_and_report_progress(shown, tmp_path):
+    model = torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.ReLU(), torch.nn.Linear(64, 8))
+    x = torch.randn(2, 64)
+    ep = gp.export(model, (x,))
+    stream = shown("serde")
+    seen = []
+    with gp.on_progress(lambda stage, done, total: seen.append((stage, done, total))):
+        gp.save(ep, tmp_path / "m.gport")
+        loaded = gp.load(tmp_path / "m.gport")
+    text = stream.getvalue()
+    assert "[graphport.serde] saved 9 nodes, 5 tensors" in text   # four weights and the example input
+    assert "[graphport.serde] loaded" in text and "(checked)" in text
+    weights = [(done, total) for stage, done, total in seen if stage == "save weights"]
+    assert weights and weights[-1][0] == weights[-1][1] == 4 * (x.numel() + sum(p.numel() for p in model.parameters()))
+    assert [done for stage, done, _ in seen if stage == "load"] == [1, 2, 3, 4, 5]
+    torch.testing.assert_close(loaded.module()(x), model(x))

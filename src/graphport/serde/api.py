@@ -10,13 +10,16 @@ weights' bytes against their checksums (integrity.py).
 """
 from __future__ import annotations
 
+import logging
 import os
 import tempfile
+import time
 from typing import IO, Any
 
 import torch
 from safetensors.torch import load_file
 
+from .. import progress
 from .._gc import cycle_collection_paused
 from ..errors import ArtifactError, GraphportError
 from ..values import finish_metadata
@@ -32,6 +35,9 @@ from .schema import validate_document
 from .state import TensorBinder, TensorTable
 from .weights import MEMBER as WEIGHTS, StoredWeights, decode_safetensors, encode_safetensors, stored_bytes
 
+log = logging.getLogger("graphport.serde")
+_LOAD_STEPS = 5   # document, schema, program, graph checks, weights: the steps progress counts
+
 PathOrFile = str | os.PathLike | IO[bytes]
 
 
@@ -43,6 +49,7 @@ def save(ep: ExportedProgram, f: PathOrFile, *, extra_files: dict[str, str | byt
         raise ArtifactError(f"save expects a graphport ExportedProgram, got a {type(ep).__qualname__}",
                             fix="pass the program graphport.export returned")
     extras = _extra_bytes(extra_files or {})
+    start = time.perf_counter()
     table = TensorTable()
     with cycle_collection_paused():
         content = program_to_json(ep, table, sorted(extras))
@@ -54,6 +61,9 @@ def save(ep: ExportedProgram, f: PathOrFile, *, extra_files: dict[str, str | byt
         _atomic_write(os.fspath(f), lambda out: _write(out, doc, table, extras))
     else:
         _write(f, doc, table, extras)
+    if log.isEnabledFor(logging.INFO):
+        log.info("saved %d nodes, %d tensors (%d bytes) in %.3f s", len(ep.graph.nodes), len(table.data),
+                 sum(t.numel() * t.element_size() for t in table.data.values()), time.perf_counter() - start)
 
 
 def _extra_bytes(extra_files: dict) -> dict[str, bytes]:
@@ -145,11 +155,15 @@ def load(f: PathOrFile, *, extra_files: dict[str, Any] | None = None,
 
 def _load(reader: ArchiveReader, extra_files: dict | None, weights: dict | None,
           check_weights: bool) -> ExportedProgram:
+    start = time.perf_counter()
     doc = reader.read_json("graphport.json")
+    progress.report("load", 1, _LOAD_STEPS)
     check_version(doc)   # an unknown major version is named as such, before its form is judged
     validate_document(doc)
+    progress.report("load", 2, _LOAD_STEPS)
     stored = decode_safetensors(reader) if WEIGHTS in reader.members else None
     ep, env = program_from_json(doc, TensorBinder(stored.tensors if stored is not None else {}), weights)
+    progress.report("load", 3, _LOAD_STEPS)
     declared = doc.get("extra_files")
     if not isinstance(declared, list) or sorted(f"extra/{n}" for n in declared if isinstance(n, str)) != \
             sorted(m for m in reader.members if m.startswith("extra/")):
@@ -166,8 +180,14 @@ def _load(reader: ArchiveReader, extra_files: dict | None, weights: dict | None,
         verify(ep)
     except GraphportError as e:
         raise ArtifactError(f"the loaded program breaks the IR contract: {e.what}") from None
+    progress.report("load", 4, _LOAD_STEPS)
     if stored is not None and check_weights:   # last: the cheap checks refuse a broken file first
         _check_weights(stored, doc, reader)
+    progress.report("load", 5, _LOAD_STEPS)
+    if log.isEnabledFor(logging.INFO):
+        log.info("loaded %d nodes, %d stored tensors (%s) in %.3f s", len(ep.graph.nodes),
+                 len(stored.tensors) if stored is not None else 0,
+                 "checked" if stored is not None and check_weights else "not checked", time.perf_counter() - start)
     return ep
 
 

@@ -114,6 +114,8 @@ def _call_entry(e: ModuleCallEntry) -> dict:
         "forward_arg_names": sig.forward_arg_names}}
     if sig is not None and sig.keywords_by_name:   # written only where set: absent means "keep the order"
         entry["signature"]["keywords_by_name"] = True
+    if sig is not None and sig.state_writes:   # a preserved call's buffer writes: only where it makes some
+        entry["signature"]["state_writes"] = dict(sig.state_writes)
     if e.alias_of is not None:   # written only where set, so archives without shared modules are unchanged
         entry["alias_of"] = e.alias_of
     return entry
@@ -291,11 +293,14 @@ def _call_entry_from(data: Any) -> ModuleCallEntry:
     names = sig.get("forward_arg_names")
     if names is not None and (not isinstance(names, list) or not all(isinstance(n, str) for n in names)):
         _fail("forward_arg_names")
+    writes = sig.get("state_writes", {})
+    if not isinstance(writes, dict) or not all(isinstance(v, str) for v in writes.values()):
+        _fail("state_writes")
     return ModuleCallEntry(data["fqn"], ModuleCallSignature(
         [_argument_from(a) for a in sig["inputs"]], [_argument_from(a) for a in sig["outputs"]],
         treespec_from_json(sig["in_spec"]) if sig.get("in_spec") is not None else None,
         treespec_from_json(sig["out_spec"]) if sig.get("out_spec") is not None else None, names,
-        sig.get("keywords_by_name") is True), alias_of)
+        sig.get("keywords_by_name") is True, state_writes=dict(writes)), alias_of)
 
 
 def _examples_from(data: Any, binder: TensorBinder):

@@ -17,6 +17,7 @@ from typing import Any, Iterator
 
 import torch
 
+from .. import progress
 from ..errors import ArtifactError
 from .archive import ALIGN, ArchiveReader, dump_json, parse_json
 from .symbolic import _short
@@ -55,9 +56,13 @@ def encode_safetensors(tensors: dict[str, torch.Tensor]) -> tuple[int, Iterator[
 
     def chunks() -> Iterator[bytes | memoryview]:
         yield struct.pack("<Q", len(text)) + text
+        written = 0
         for key in order:
             if tensors[key].numel():
-                yield memoryview(stored_bytes(tensors[key]).numpy())
+                data = stored_bytes(tensors[key])
+                yield memoryview(data.numpy())
+                written += data.numel()
+                progress.report("save weights", written, offset)
     return 8 + len(text) + offset, chunks()
 
 
