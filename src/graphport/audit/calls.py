@@ -12,7 +12,6 @@ import collections
 import functools
 import io
 import logging
-import os
 import random
 import socket
 import sys

@@ -11,7 +11,6 @@ user's line.
 from __future__ import annotations
 
 import os
-import sys
 import sysconfig
 from types import CodeType, FrameType
 

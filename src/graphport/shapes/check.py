@@ -11,17 +11,15 @@ from __future__ import annotations
 import builtins
 import operator
 import re
-from dataclasses import dataclass, field
 from typing import Any
 
 import sympy
 
-from ..errors import ConstraintViolationError, InputMismatchError
-from ..source import SourceLocation
+from ..errors import ConstraintViolationError
 from .dims import DerivedDim, Dim
 from .contract import InputDimension, Relation, ShapeContract, SymbolFact
 from .env import Guard
-from .expr import INF, FloorDiv, Mod, ValueRange, bounds
+from .expr import INF, FloorDiv, Mod, ValueRange
 from .spec import InputShapes
 
 

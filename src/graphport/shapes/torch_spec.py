@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .dims import DerivedDim, Dim, _DimHint
+from .dims import DerivedDim, Dim
 
 _TORCH_MODULE = "torch.export"
 
