@@ -4,7 +4,6 @@ Shared by `graphport inspect` and the viewer, so both show a program the same wa
 """
 from __future__ import annotations
 
-import sympy
 import torch
 
 from .program import ExportedProgram
@@ -38,5 +37,4 @@ def describe_size(d, readable: dict | None = None) -> str:
 
 def readable_names(ep: ExportedProgram) -> dict:
     """Symbol -> a symbol named after the user's Dim, for printing."""
-    names = ep.shape_contract.names if ep.shape_contract else {}
-    return {s: sympy.Symbol(n) for s, n in names.items()}
+    return ep.shape_contract.display_symbols() if ep.shape_contract else {}

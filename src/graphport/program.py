@@ -4,6 +4,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Iterator
 
+import sympy
 import torch
 import torch.fx as fx
 
@@ -11,6 +12,7 @@ from .errors import InternalError
 from .values import plain_values
 from .passes.verifier import TrainingIRVerifier, Verifier
 from .shapes.contract import ShapeContract
+from .shapes.node import display_names
 from .signature import ExportGraphSignature, InputKind
 
 
@@ -159,11 +161,13 @@ class ExportedProgram:
         raise RuntimeError("an ExportedProgram is not callable; call ep.module()(*args) instead")
 
     def __str__(self) -> str:
-        with plain_values(self.graph_module):
+        names = self.shape_contract.display_symbols() if self.shape_contract is not None else {}
+        with plain_values(self.graph_module), display_names(names):
             body = self.graph_module.print_readable(print_output=False, colored=False).replace("\n", "\n    ")
         signature = str(self.graph_signature).replace("\n", "\n    ")
+        ranges = {sympy.sympify(k).xreplace(names): v for k, v in self.range_constraints.items()}
         return (f"ExportedProgram:\n    {body}\nGraph signature: \n    {signature}\n"
-                f"Range constraints: {self.range_constraints}\n")
+                f"Range constraints: {ranges}\n")
 
     def __repr__(self) -> str:
         return str(self)

@@ -442,8 +442,6 @@ def test_convert_to_pt2_then_load_with_torch(graphport_cli, tmp_path):
 
 
 @needs_artifact
-@pytest.mark.xfail(strict=True, reason="a loaded program's example inputs share one storage under two dtypes, "
-                                       "which torch.export.save refuses to serialize (serde / interop)")
 def test_convert_a_gport_to_pt2_next_to_it(graphport_cli, tmp_path):
     model = tmp_path / "model.gport"
     graphport_cli("export", f"{ENTRY}:model_and_inputs", "-o", str(model))

@@ -71,6 +71,10 @@ class ShapeContract:
     def names(self) -> dict[sympy.Symbol, str]:
         return {s: f.name for s, f in self.symbols.items()}
 
+    def display_symbols(self) -> dict[sympy.Symbol, sympy.Symbol]:
+        """Symbol -> a symbol named after the user's Dim: how every tool shows sizes."""
+        return {s: sympy.Symbol(f.name) for s, f in self.symbols.items() if f.name}
+
     def range_constraints(self) -> dict[sympy.Basic, ValueRange]:
         """torch.export's `range_constraints`: each symbol, and each derived dimension."""
         out: dict[sympy.Basic, ValueRange] = {}

@@ -19,6 +19,8 @@ the ranges cannot settle that way, fixes the sizes it depends on, each with a gu
 from __future__ import annotations
 
 import builtins
+import contextlib
+import contextvars
 import functools
 import itertools
 import math
@@ -34,7 +36,23 @@ from .float_error import decide_float_relation
 from .opaque import Opaque
 
 
+# while a program is printed: symbol -> the user's Dim name, so printed sizes read `batch`
+_DISPLAY_NAMES: contextvars.ContextVar[dict | None] = contextvars.ContextVar("graphport_display_names",
+                                                                           default=None)
+
+
+@contextlib.contextmanager
+def display_names(names: dict):
+    """Within: symbolic sizes print with the user's Dim names (`names`: symbol -> symbol)."""
+    token = _DISPLAY_NAMES.set(names or None)
+    try:
+        yield
+    finally:
+        _DISPLAY_NAMES.reset(token)
+
+
 _tags = itertools.count()
+
 
 # Python semantics of each recipe operation: the hint replays them on example values.
 def _sym_max(a, b):
@@ -169,12 +187,11 @@ class SymNode:
         return bool(expr) if expr in (sympy.true, sympy.false) else None
 
     def str(self) -> str:
-        return str(self.expr)
+        names = _DISPLAY_NAMES.get()
+        return str(self.expr.xreplace(names) if names else self.expr)
 
     _graph_repr = str
-
-    def __str__(self) -> str:
-        return str(self.expr)
+    __str__ = str
 
     def __repr__(self) -> str:
         return f"SymNode({self.expr})"
