@@ -72,8 +72,10 @@ class ShapeContract:
         return {s: f.name for s, f in self.symbols.items()}
 
     def display_symbols(self) -> dict[sympy.Symbol, sympy.Symbol]:
-        """Symbol -> a symbol named after the user's Dim: how every tool shows sizes."""
-        return {s: sympy.Symbol(f.name) for s, f in self.symbols.items() if f.name}
+        """Symbol -> a symbol named after the user's Dim: how every tool shows sizes. A
+        data-dependent size keeps its `u` name (its label is a sentence, not a name)."""
+        return {s: sympy.Symbol(f.name) for s, f in self.symbols.items()
+                if f.name and isinstance(f.source, InputDimension)}
 
     def range_constraints(self) -> dict[sympy.Basic, ValueRange]:
         """torch.export's `range_constraints`: each symbol, and each derived dimension."""
