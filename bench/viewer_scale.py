@@ -1,5 +1,5 @@
 """The viewer at scale: a 10,000-node program (nested modules; and flat, one input read by
-every node), a 24-layer BERT and a 7B LLaMA's program.
+every node), a 24-layer BERT, a 7B LLaMA's program and Stable Diffusion 1.5's UNet.
 
 For each page: its size, the time Python takes to write it (page data, with the weights'
 statistics, and HTML; not the export), and in headless Chromium the time
@@ -48,6 +48,16 @@ def llama_7b_program():
     return gp.export(model, (ids,), {"use_cache": False})
 
 
+def sd_unet_program():
+    """Stable Diffusion 1.5's UNet (diffusers' default blocks, cross-attention 768) on the meta device."""
+    import diffusers
+    with torch.device("meta"):
+        unet = diffusers.UNet2DConditionModel(sample_size=64, cross_attention_dim=768).eval()
+    args = (torch.randn(1, 4, 64, 64, device="meta"), torch.tensor(10, device="meta"),
+            torch.randn(1, 77, 768, device="meta"))
+    return gp.export(unet, args)
+
+
 def measure(browser: Browser, name: str, program, directory: Path) -> dict:
     """`program`: an ExportedProgram (its page data is part of the write time) or page data."""
     start = time.perf_counter()
@@ -86,7 +96,8 @@ def main() -> None:
                     measure(browser, "synthetic-10k", synthetic_program(), Path(tmp)),
                     measure(browser, "flat-fan-out-10k", fan_out_program(10_000), Path(tmp)),
                     measure(browser, "bert-24-layers", bert_program(layers=24, hidden=768, heads=12), Path(tmp)),
-                    measure(browser, "llama-7b-meta", llama_7b_program(), Path(tmp))]
+                    measure(browser, "llama-7b-meta", llama_7b_program(), Path(tmp)),
+                    measure(browser, "sd15-unet-meta", sd_unet_program(), Path(tmp))]
         finally:
             browser.close()
     print(f"{'program':17s} {'nodes':>6s} {'page MB':>8s} {'write s':>8s} {'open s':>7s} {'boxes':>6s} "

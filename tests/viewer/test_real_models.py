@@ -232,3 +232,25 @@ def test_a_7b_llama_program_on_the_meta_device(browser, tmp_path):
     shown = details(browser)
     assert shown["output"] == "float32[4096, 4096]" and "min" not in shown    # no values on meta
     assert browser.errors() == []
+
+
+@pytest.mark.slow
+def test_a_stable_diffusion_unet_on_the_meta_device(browser, tmp_path):
+    """SD 1.5's UNet (down, mid and up blocks with skip connections across the whole graph)."""
+    diffusers = pytest.importorskip("diffusers")
+    with torch.device("meta"):
+        unet = diffusers.UNet2DConditionModel(sample_size=64, cross_attention_dim=768).eval()
+    args = (torch.randn(1, 4, 64, 64, device="meta"), torch.tensor(10, device="meta"),
+            torch.randn(1, 77, 768, device="meta"))
+    ep = gp.export(unet, args)
+    path = tmp_path / "unet.html"
+    write_html(ep, path)
+    open_page(browser, path)
+    assert browser.errors() == []
+    check_readable(browser)
+    click_selector(browser, "#expand-all")
+    check_readable(browser)   # every node drawn, the skip connections included
+    type_search(browser, "conv2d")
+    click_selector(browser, "#results a")
+    assert "stride" in text_of(browser, "#details")
+    assert browser.errors() == []
