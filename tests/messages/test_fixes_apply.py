@@ -132,3 +132,62 @@ def test_draft_export_names_the_users_variable_in_its_check():
             return x * 2 if n > 2 else x
     issue, = gp.draft_export(Item(), (torch.randn(3), torch.tensor(5)))._report.failures
     assert issue.fix == "state the answer before this line, with torch._check(n > 2)"
+
+
+def test_a_write_whose_aliasing_depends_on_data_suggests_a_clone_that_exports():
+    def rows(x, count):
+        k = count.item()
+        torch._check(k >= 0)
+        torch._check(k <= x.shape[0])
+        return x[:k]
+
+    def written(x, count):
+        y = rows(x, count).t().contiguous()
+        y.add_(1)
+        return x, y
+    with pytest.raises(gp.DataDependentError) as info:
+        gp.export(written, (torch.randn(8, 3), torch.tensor(4)))
+    assert ".clone()" in _fix(info)
+
+    def cloned(x, count):   # the fix applied: an explicit copy before the write
+        y = rows(x, count).t().contiguous().clone()
+        y.add_(1)
+        return x, y
+    ep = gp.export(cloned, (torch.randn(8, 3), torch.tensor(4)))
+    for k in (0, 1, 2, 8):
+        x = torch.randn(8, 3)
+        torch.testing.assert_close(ep.module()(x.clone(), torch.tensor(k)), cloned(x.clone(), torch.tensor(k)))
+
+
+class _Pair(torch.nn.Module):
+    def forward(self, x):
+        return {"sum": x + 1, "prod": x * 2}
+
+
+class _Twice(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.pair = _Pair()
+
+    def forward(self, x):
+        out = self.pair(x)
+        return out["sum"] - out["prod"]
+
+
+def test_a_swapped_in_module_with_another_structure_is_told_to_return_the_original_one():
+    x = torch.randn(2, 3)
+    unflat = gp.unflatten(gp.export(_Twice(), (x,), preserve_module_call_signature=("pair",)))
+
+    class SumOnly(torch.nn.Module):
+        def forward(self, x):
+            return x + 1
+    unflat.set_submodule("pair", SumOnly())
+    with pytest.raises(gp.CallSignatureError) as info:
+        unflat(x)
+    assert "return exactly the structure the original returned" in _fix(info)
+
+    class SameStructure(torch.nn.Module):   # the fix applied: the original's containers and keys
+        def forward(self, x):
+            return {"sum": x + 1, "prod": x * 3}
+    unflat.set_submodule("pair", SameStructure())
+    torch.testing.assert_close(unflat(x), (x + 1) - x * 3)
