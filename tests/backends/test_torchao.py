@@ -24,18 +24,8 @@ def test_x86_quantizer_covers_as_much_as_on_torch_export(model, dynamic, through
     _same_coverage(consumers.quantize_x86, model, dynamic, through_file)
 
 
-MHA_VIEWS = pytest.mark.xfail(reason="inside nn.MultiheadAttention torch.export keeps `unflatten` where graphport "
-                                     "records `view`; the XNNPACK quantizer shares qparams through `view` only "
-                                     "(4 more q/dq nodes)", strict=True)
-
-
-def _xnnpack_params() -> list:
-    return [pytest.param(*p.values, marks=[*p.marks, MHA_VIEWS], id=p.id) if p.values[0] == "transformer" else p
-            for p in params()]
-
-
 @requires("executorch")
-@pytest.mark.parametrize("model,dynamic,through_file", _xnnpack_params())
+@pytest.mark.parametrize("model,dynamic,through_file", params())
 def test_xnnpack_quantizer_covers_as_much_as_on_torch_export(model, dynamic, through_file):
     _same_coverage(consumers.quantize_xnnpack, model, dynamic, through_file)
 

@@ -122,3 +122,28 @@ def test_a_respelled_node_that_is_the_output_keeps_the_name_the_signature_gives(
         x = torch.randn(b, *shape[1:])
         for module in programs:
             torch.testing.assert_close(module(x), model(x))
+
+
+class _SelfAttention(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.attn = nn.MultiheadAttention(16, 2, batch_first=True)
+
+    def forward(self, x):
+        return self.attn(x, x, x, need_weights=False)[0]
+
+
+@pytest.mark.parametrize("dynamic", [False, True], ids=["static", "dynamic"])
+def test_multihead_attentions_packed_projection_is_unflatten_as_torch_keeps_it(dynamic):
+    """Only the view that splits the packed q/k/v projection's last dim becomes `unflatten`;
+    the head reshapes stay views, as in torch.export's program."""
+    model, x = _SelfAttention().eval(), torch.randn(2, 5, 16)
+    spec = ({0: gp.Dim("b", min=0, max=8)},) if dynamic else None
+    tep = to_torch(gp.export(model, (x,), dynamic_shapes=spec))
+    theirs = torch.export.export(model, (x,), dynamic_shapes=({0: torch.export.Dim("b", max=8)},) if dynamic else None)
+    assert _ops(tep)["aten.unflatten.int"] == _ops(theirs)["aten.unflatten.int"] == 1
+    assert _ops(tep)["aten.view.default"] >= 1
+    for b in [0, 1, 2, 7] if dynamic else [2]:
+        x = torch.randn(b, 5, 16)
+        with torch.no_grad():
+            torch.testing.assert_close(tep.module()(x), model(x))

@@ -24,6 +24,7 @@ aten = torch.ops.aten
 
 DROPPED_META = ("source_fn_stack",)
 _FLATTEN_FUNCTIONS = ("method_descriptor.flatten", "builtin_function_or_method.flatten")
+_MHA_FUNCTION = "function.multi_head_attention_forward"
 
 
 def drop_unserializable_meta(graph: fx.Graph) -> None:
@@ -41,6 +42,8 @@ def to_training_ir(graph: fx.Graph) -> None:
             _batch_norm(graph, node)
         elif node.target is aten.view.default and _torch_function(node) in _FLATTEN_FUNCTIONS:
             _flatten(graph, node)
+        elif node.target is aten.view.default and _torch_function(node) == _MHA_FUNCTION:
+            _packed_projection_unflatten(graph, node)
         elif node.target is aten.clone.default and _torch_function(node) == "function.dropout" and not node.kwargs:
             _eval_dropout(graph, node)
 
@@ -97,6 +100,28 @@ def _flatten(graph: fx.Graph, node: fx.Node) -> None:
     with graph.inserting_before(node):
         new = graph.call_function(aten.flatten.using_ints, (source, start, end))
     _replace(graph, node, new, dict(node.meta))
+    _erase_unused_size_arithmetic(graph, [s for s in sizes if isinstance(s, fx.Node)] if isinstance(sizes, (list, tuple))
+                                  else [])
+
+
+def _packed_projection_unflatten(graph: fx.Graph, node: fx.Node) -> None:
+    """Inside `nn.MultiheadAttention`, torch splits the packed q/k/v projection with
+    `proj.unflatten(-1, (3, E))`, which graphport records as the `view` it is. A view there
+    that splits only the last dimension into two is that call (the same values: unflatten is a
+    view), and torch.export keeps it as `unflatten`, where the quantizers look for it."""
+    source = node.args[0]
+    if not isinstance(source, fx.Node) or not isinstance(source.meta.get("val"), torch.Tensor):
+        return
+    before, after = list(source.meta["val"].shape), list(node.meta["val"].shape)
+    if not before or len(after) != len(before) + 1 or not all(_same(a, b) for a, b in zip(before[:-1], after[:-2])):
+        return
+    split = after[-2:]
+    if not all(type(s) is int for s in split) or type(before[-1]) is not int or split[0] * split[1] != before[-1]:
+        return
+    with graph.inserting_before(node):
+        new = graph.call_function(aten.unflatten.int, (source, -1, split))
+    _replace(graph, node, new, dict(node.meta))
+    sizes = node.args[1] if len(node.args) > 1 else []
     _erase_unused_size_arithmetic(graph, [s for s in sizes if isinstance(s, fx.Node)] if isinstance(sizes, (list, tuple))
                                   else [])
 
