@@ -11,7 +11,9 @@ import torch.nn as nn
 import graphport as gp
 from graphport.interop import to_torch
 
-from .zoo_cases import assert_matches, slow
+from .zoo_cases import assert_matches, slow  # puts the repository root (bench/) on the path
+
+from bench.consumer_models import Transformer as SmallTransformer  # noqa: E402
 
 pytestmark = pytest.mark.skipif(shutil.which("c++") is None and shutil.which("g++") is None,
                                 reason="AOTInductor needs a C++ compiler")
@@ -26,18 +28,6 @@ class SmallCNN(nn.Module):
 
     def forward(self, x):
         return self.head(self.features(x).mean(dim=(2, 3)))
-
-
-class SmallTransformer(nn.Module):
-    def __init__(self) -> None:
-        super().__init__()
-        self.embed = nn.Embedding(100, 32)
-        layer = nn.TransformerEncoderLayer(32, 4, 64, dropout=0.0, batch_first=True)
-        self.encoder = nn.TransformerEncoder(layer, 2, enable_nested_tensor=False)
-        self.head = nn.Linear(32, 100)
-
-    def forward(self, ids):
-        return self.head(self.encoder(self.embed(ids)))
 
 
 def _compile_and_check(model: nn.Module, example: tuple, spec, others: list[tuple], tmp_path) -> None:

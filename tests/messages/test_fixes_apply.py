@@ -7,6 +7,7 @@ import pytest
 import torch
 
 import graphport as gp
+from tests.soundness.test_data_dependent_aliases import _rows as rows
 
 
 def _fix(error) -> str:
@@ -135,12 +136,6 @@ def test_draft_export_names_the_users_variable_in_its_check():
 
 
 def test_a_write_whose_aliasing_depends_on_data_suggests_a_clone_that_exports():
-    def rows(x, count):
-        k = count.item()
-        torch._check(k >= 0)
-        torch._check(k <= x.shape[0])
-        return x[:k]
-
     def written(x, count):
         y = rows(x, count).t().contiguous()
         y.add_(1)
