@@ -16,7 +16,7 @@ import dataclasses
 import logging
 import time
 import warnings
-from typing import Any, Callable, Iterator
+from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 import torch
 import torch.fx as fx
@@ -25,13 +25,14 @@ from .. import _torch, progress
 from ..capture.replay import ReplayInputs, replay
 from ..errors import UnsupportedFeatureError
 from ..ops.decompositions import DecompositionTable, TablePolicy, default_decompositions
-from ..program import ExportedProgram, ModuleCallEntry
 from ..signature import (ConstantArgument, ExportGraphSignature, InputKind, InputSpec, OutputSpec, SymBoolArgument,
                          SymFloatArgument, SymIntArgument, TensorArgument)
 from .._gc import cycle_collection_paused
 from .lowering_sizes import LoweredValidity, lowered_validity
-from ..values import finish_metadata
 from .verifier import CoreATenVerifier, Verifier
+
+if TYPE_CHECKING:   # passes take a program and return ep.replace(...): they sit below program.py
+    from ..program import ExportedProgram, ModuleCallEntry
 
 log = logging.getLogger("graphport.passes")
 
@@ -79,14 +80,13 @@ def run_decompositions(ep: ExportedProgram, decomp_table: dict[Any, Callable] | 
     out_values = next(n for n in graph.nodes if n.op == "output").args[0]
     output_specs = [OutputSpec(spec.kind, _argument(value), spec.target)
                     for spec, value in zip(ep.graph_signature.output_specs, out_values)]
-    lowered = ExportedProgram(
-        replayed.graph_module, ExportGraphSignature(input_specs, output_specs), dict(ep.state_dict),
-        dict(ep.range_constraints), [_renamed(e, replayed.renamed) for e in ep.module_call_graph],
-        ep.example_inputs, {**ep.constants, **replayed.constant_values}, list(ep.input_paths),
-        dict(ep.input_aliases), *_narrowed(ep, env, proven.valid_from),
-        verifiers=[CoreATenVerifier if decomp_table is None else Verifier], python_effects=ep.python_effects)
-    lowered.validate()
-    finish_metadata(lowered.graph_module)
+    contract, report = _narrowed(ep, env, proven.valid_from)
+    lowered = ep.replace(
+        graph_module=replayed.graph_module, graph_signature=ExportGraphSignature(input_specs, output_specs),
+        state_dict=dict(ep.state_dict), module_call_graph=[_renamed(e, replayed.renamed) for e in ep.module_call_graph],
+        constants={**ep.constants, **replayed.constant_values}, input_paths=list(ep.input_paths),
+        input_aliases=dict(ep.input_aliases), shape_contract=contract, shape_report=report,
+        verifiers=[CoreATenVerifier if decomp_table is None else Verifier])
     progress.report("run_decompositions", 3, 3)
     log.info("run_decompositions: %d nodes -> %d nodes in %.3f s", len(ep.graph.nodes), len(graph.nodes),
              time.perf_counter() - start)
@@ -112,7 +112,7 @@ def _renamed(entry: ModuleCallEntry, renamed: dict[str, Any]) -> ModuleCallEntry
     """A preserved call's signature naming the lowered program's nodes: a value the lowering
     computes another way has another node (`linear` becomes `addmm`), or is now a constant."""
     if entry.signature is None:
-        return ModuleCallEntry(entry.fqn, None, entry.alias_of)
+        return dataclasses.replace(entry)
 
     def arg(a):
         if isinstance(a, ConstantArgument) or a.name not in renamed:
@@ -123,7 +123,7 @@ def _renamed(entry: ModuleCallEntry, renamed: dict[str, Any]) -> ModuleCallEntry
     signature = dataclasses.replace(entry.signature, inputs=[arg(a) for a in entry.signature.inputs],
                                     outputs=[arg(a) for a in entry.signature.outputs],
                                     state_writes={t: n for t, n in writes.items() if isinstance(n, str)})
-    return ModuleCallEntry(entry.fqn, signature, entry.alias_of)
+    return dataclasses.replace(entry, signature=signature)
 
 
 def _replay_inputs(ep: ExportedProgram, env, named: frozenset[str]) -> ReplayInputs:

@@ -13,13 +13,15 @@ from typing import Any
 import torch
 
 from .. import _torch
-from ..errors import ArtifactError
+from ..errors import ArtifactError, GraphportError
 from ..program import ExportedProgram, ModuleCallEntry, ModuleCallSignature
 from ..shapes.contract import ComputedValue, ShapeContract
 from ..shapes.env import ShapeEnv
 from ..shapes.node import SymNode
 from ..signature import (ConstantArgument, ExportGraphSignature, InputKind, InputSpec, OutputKind, OutputSpec,
                          SymBoolArgument, SymFloatArgument, SymIntArgument, TensorArgument)
+from .check import check_graph
+from .coherence import check_coherence
 from .graph_json import graph_from_json, graph_to_json
 from .state import TensorBinder, TensorTable
 from .symbolic import (_short, env_from_json, env_to_json, expr_from_json, expr_to_json, range_from_json, range_to_json,
@@ -175,8 +177,15 @@ def program_from_json(doc: dict, binder: TensorBinder, weights: dict[str, torch.
     if not all(isinstance(p, str) for p in paths + report):
         _fail("input_paths or shape_report")
     examples = _examples_from(doc.get("example_inputs"), binder)
-    ep = ExportedProgram(gm, signature, state_dict, ranges, call_graph, examples, constants, paths, aliases,
-                         contract, report)
+    fields = dict(graph_module=gm, graph_signature=signature, state_dict=state_dict, module_call_graph=call_graph,
+                  example_inputs=examples, constants=constants, input_paths=paths, input_aliases=aliases,
+                  shape_contract=contract, shape_report=report)
+    check_coherence(fields)
+    check_graph(gm, env)
+    try:
+        ep = ExportedProgram(**fields)
+    except GraphportError as e:
+        raise ArtifactError(f"the loaded program breaks the IR contract: {e.what}") from None
     return ep, env
 
 
