@@ -4,7 +4,9 @@ Top-level keys, in the order they are written: format, version, custom_ops, shap
 graph, signature, state_dict, constants, range_constraints, shape_contract,
 module_call_graph, input_paths, input_aliases, shape_report, example_inputs,
 extra_files (api.save adds weight_checksums, last). schema.json is the format's JSON Schema;
-load validates the document against it before anything here reads it.
+load validates the document against it before anything here reads it. The document is the
+ExportedProgram record's fields but those its definition marks transient; range_constraints
+is derived from shape_contract, written for older readers and not read back.
 """
 from __future__ import annotations
 
@@ -24,8 +26,7 @@ from .check import check_graph
 from .coherence import check_coherence
 from .graph_json import graph_from_json, graph_to_json
 from .state import TensorBinder, TensorTable
-from .symbolic import (_short, env_from_json, env_to_json, expr_from_json, expr_to_json, range_from_json, range_to_json,
-                       symbol_table)
+from .symbolic import _short, env_from_json, env_to_json, expr_to_json, range_to_json, symbol_table
 from .targets import custom_namespace, lookup_operator, qualified_name
 from .treespec import treespec_from_json, treespec_to_json
 from .values import Decoder, dtype_name, encode
@@ -53,6 +54,8 @@ def program_to_json(ep: ExportedProgram, table: TensorTable, extra_names: list[s
                       "outputs": [_output_spec(s) for s in ep.graph_signature.output_specs]},
         "state_dict": {k: table.describe(v, k, f"state_dict['{k}']") for k, v in ep.state_dict.items()},
         "constants": {k: table.describe(v, f"constants/{k}", f"constant {k}") for k, v in ep.constants.items()},
+        # derived from shape_contract (as ep.range_constraints is) and written for readers of every
+        # 1.x, which require the key; this reader derives it again and does not read it
         "range_constraints": [[expr_to_json(k, symbol_table(env)), range_to_json(v)]
                               for k, v in ep.range_constraints.items()],
         "shape_contract": ep.shape_contract.to_json() if ep.shape_contract is not None else None,
@@ -159,11 +162,6 @@ def program_from_json(doc: dict, binder: TensorBinder, weights: dict[str, torch.
     gm = graph_from_json(doc.get("graph"), env)
     signature = _signature(doc.get("signature"))
     state_dict, constants = _state(doc, binder, weights)
-    ranges = {}
-    for pair in _list(doc, "range_constraints"):
-        if not isinstance(pair, list) or len(pair) != 2:
-            _fail("range_constraints")
-        ranges[expr_from_json(pair[0], symbol_table(env))] = range_from_json(pair[1])
     contract = ShapeContract.from_json(doc["shape_contract"]) if doc.get("shape_contract") is not None else None
     _check_bindings(env, contract)
     call_graph = [_call_entry_from(e) for e in _list(doc, "module_call_graph")]
