@@ -49,7 +49,7 @@ def from_torch(tep: texport.ExportedProgram) -> ExportedProgram:
     return ExportedProgram(
         graph_module=graph_module, graph_signature=sig, state_dict=dict(tep.state_dict),
         module_call_graph=call_graph, example_inputs=tep.example_inputs, constants=dict(tep.constants),
-        input_paths=paths, shape_contract=contract)
+        input_paths=paths, shape_contract=contract, shape_env=env if contract is not None else None)
 
 
 # -- the shape contract ---------------------------------------------------------------------------

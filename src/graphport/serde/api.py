@@ -158,7 +158,7 @@ def _load(reader: ArchiveReader, extra_files: dict | None, weights: dict | None,
     validate_document(doc)
     progress.report("load", 2, _LOAD_STEPS)
     stored = decode_safetensors(reader) if WEIGHTS in reader.members else None
-    ep, _ = program_from_json(doc, TensorBinder(stored.tensors if stored is not None else {}), weights)
+    ep = program_from_json(doc, TensorBinder(stored.tensors if stored is not None else {}), weights)
     progress.report("load", 3, _LOAD_STEPS)
     declared = doc.get("extra_files")
     if not isinstance(declared, list) or sorted(f"extra/{n}" for n in declared if isinstance(n, str)) != \

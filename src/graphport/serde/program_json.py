@@ -19,7 +19,6 @@ from ..errors import ArtifactError, GraphportError
 from ..program import ExportedProgram, ModuleCallEntry, ModuleCallSignature
 from ..shapes.contract import ComputedValue, ShapeContract
 from ..shapes.env import ShapeEnv
-from ..shapes.node import SymNode
 from ..signature import (ConstantArgument, ExportGraphSignature, InputKind, InputSpec, OutputKind, OutputSpec,
                          SymBoolArgument, SymFloatArgument, SymIntArgument, TensorArgument)
 from .check import check_graph
@@ -44,7 +43,7 @@ _ARGUMENT_NAMES = {v: k for k, v in _ARGUMENTS.items()}
 
 def program_to_json(ep: ExportedProgram, table: TensorTable, extra_names: list[str],
                     with_examples: bool = True) -> dict:
-    env = _shape_env(ep)
+    env = ep.shape_env
     doc: dict[str, Any] = {
         "format": FORMAT, "version": list(VERSION),
         "custom_ops": _custom_ops(ep.graph_module),
@@ -67,23 +66,6 @@ def program_to_json(ep: ExportedProgram, table: TensorTable, extra_names: list[s
         "extra_files": extra_names,
     }
     return doc
-
-
-def _shape_env(ep: ExportedProgram):
-    """The shape environment behind the program's symbolic values (one per program)."""
-    def walk(gm):
-        for n in gm.graph.nodes:
-            for leaf in pytree.tree_leaves(n.meta.get("val")):
-                sizes = list(leaf.shape) + list(leaf.stride()) if isinstance(leaf, torch.Tensor) else [leaf]
-                for s in sizes:
-                    if isinstance(getattr(s, "node", None), SymNode):
-                        return s.node.env
-            if n.op == "get_attr":
-                found = walk(getattr(gm, n.target))
-                if found is not None:
-                    return found
-        return None
-    return walk(ep.graph_module)
 
 
 def _custom_ops(gm) -> list[str]:
@@ -150,9 +132,8 @@ def check_version(doc: Any) -> None:
                 f"{version[0]}.x, or save the program again with this one")
 
 
-def program_from_json(doc: dict, binder: TensorBinder, weights: dict[str, torch.Tensor] | None
-                      ) -> tuple[ExportedProgram, ShapeEnv | None]:
-    """The program, and the shape environment its symbolic values share (None: static)."""
+def program_from_json(doc: dict, binder: TensorBinder, weights: dict[str, torch.Tensor] | None) -> ExportedProgram:
+    """The program, owning the shape environment its symbolic values share (None: static)."""
     check_version(doc)
     for name in _list(doc, "custom_ops"):   # every custom op named up front, before the graph
         if not isinstance(name, str):
@@ -177,14 +158,14 @@ def program_from_json(doc: dict, binder: TensorBinder, weights: dict[str, torch.
     examples = _examples_from(doc.get("example_inputs"), binder)
     fields = dict(graph_module=gm, graph_signature=signature, state_dict=state_dict, module_call_graph=call_graph,
                   example_inputs=examples, constants=constants, input_paths=paths, input_aliases=aliases,
-                  shape_contract=contract, shape_report=report)
+                  shape_contract=contract, shape_env=env, shape_report=report)
     check_coherence(fields)
     check_graph(gm, env)
     try:
         ep = ExportedProgram(**fields)
     except GraphportError as e:
         raise ArtifactError(f"the loaded program breaks the IR contract: {e.what}") from None
-    return ep, env
+    return ep
 
 
 def _check_bindings(env: ShapeEnv | None, contract: ShapeContract | None) -> None:
