@@ -144,8 +144,7 @@ def draft_export(mod: torch.nn.Module | Callable, args: tuple, kwargs: dict | No
             raise
         report.failures += [_answered(a) for a in answers]
         report.failures += [_effect(e) for e in ep.python_effects if e.refused_by_strict]
-        ep._report = report
-        return ep
+        return ep.replace(draft_report=report)
     raise ConstraintViolationError(
         f"draft_export could not settle dynamic_shapes after {_MAX_ROUNDS} rounds of fixes:\n{report}",
         fix="start from the spec in the report and export again")

@@ -26,8 +26,6 @@ from .capture.dead_code import eliminate_dead_code
 from .errors import (ConstraintViolationError, GraphportError, InputMismatchError, UnsupportedFeatureError,
                      UnsupportedInputError)
 from .passes.small_sizes import SmallSizeReport, prove_small_sizes
-from .values import finish_metadata
-from .passes.verifier import verify
 from .program import ExportedProgram, ModuleCallEntry, ModuleCallSignature
 from .shapes.check import build_contract, check
 from .shapes.contract import ShapeContract
@@ -135,16 +133,12 @@ def _finish(fn, root, args, kwargs, captured: Captured, shapes: InputShapes | No
     if root is not None:
         call_graph += _submodule_entries(root, captured.boundaries)
     with _stage("program and verifier", 4):
-        ep = ExportedProgram(
-            program_module(captured.graph),
-            captured.signature, captured.state_dict,
-            range_constraints=contract.range_constraints() if contract is not None else {},
+        return ExportedProgram(
+            graph_module=program_module(captured.graph), graph_signature=captured.signature,
+            state_dict=captured.state_dict,
             module_call_graph=call_graph, example_inputs=(args, kwargs), constants=captured.constants,
             input_paths=captured.input_paths, input_aliases=captured.input_aliases, shape_contract=contract,
-            shape_report=list(shapes.specialized) if shapes is not None else [], python_effects=findings)
-        verify(ep)
-        finish_metadata(ep.graph_module)
-    return ep
+            shape_env=captured.shape_env, shape_report=list(shapes.specialized) if shapes is not None else [], python_effects=findings)
 
 
 @contextlib.contextmanager

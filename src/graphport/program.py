@@ -1,6 +1,15 @@
-"""ExportedProgram: the graph, its signature, its state, and the ways to use it."""
+"""ExportedProgram: the graph, its signature, its state, and the ways to use it.
+
+A program is a record: every field is given to its constructor by keyword, and the
+constructor is the one way a program comes to be (export, run_decompositions, load,
+from_torch, move_to_device_pass all call it). It checks the fields against the IR
+contract with the program's verifiers and finishes the nodes' metadata, so a program's
+`node.meta["val"]` is the same whichever way it was made. A program is not changed after
+that: a transformation returns a new record (`ep.replace(...)`, `run_decompositions`).
+"""
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, Iterator
 
@@ -8,12 +17,18 @@ import sympy
 import torch
 import torch.fx as fx
 
-from .errors import InternalError
-from .values import plain_values
+from . import _torch
+from .errors import UnsupportedFeatureError, UnsupportedInputError
+from .values import finish_metadata, plain_values
 from .passes.verifier import TrainingIRVerifier, Verifier
 from .shapes.contract import ShapeContract
+from .shapes.env import ShapeEnv
 from .shapes.node import display_names
-from .signature import ExportGraphSignature, InputKind
+from .signature import ExportGraphSignature
+
+# A field with this metadata is not part of the artifact: `gp.save` leaves it out and a loaded
+# program has its default (tests/test_program_record.py checks every other field is written).
+TRANSIENT = {"transient": True}
 
 
 @dataclass
@@ -38,86 +53,89 @@ class ModuleCallEntry:
     alias_of: str | None = None   # this path reaches the same module object as that earlier path
 
 
+@dataclass(kw_only=True, eq=False, repr=False)
 class ExportedProgram:
     """A captured program: one functional ATen graph plus everything needed to run it.
 
-    Every field is given to the constructor, which checks that they fit together (the
-    IR contract itself is the verifier's: graphport.verify)."""
+    Built only by keyword (`ExportedProgram(graph_module=..., ...)`), which verifies it
+    against the IR contract with each of `verifiers` and finishes its nodes' metadata; not
+    changed afterwards (`replace` makes a new one). `range_constraints` is derived from
+    `shape_contract`; `shape_env` is the environment of the graph's symbolic sizes, which
+    this program owns: a transformation that reasons about sizes forks it."""
 
     graph_module: fx.GraphModule
     graph_signature: ExportGraphSignature
     state_dict: dict[str, torch.Tensor]           # parameters and persistent buffers, by name
-    range_constraints: dict                       # symbol or derived expression -> ValueRange
     module_call_graph: list[ModuleCallEntry]
-    example_inputs: tuple[tuple, dict] | None
-    constants: dict[str, torch.Tensor]            # lifted constants and non-persistent buffers
-    input_paths: list[str]                        # printable path of each flat user input
-    input_aliases: dict[int, int]                 # flat input index -> earlier index it must be the same tensor as
-    shape_contract: ShapeContract | None          # shape facts of a dynamic program
-    shape_report: list[str]                       # dims that became static or were narrowed, and why
-    python_effects: list                          # graphport.PythonEffect: what the program's Python did
-                                                  # at export that the graph does not carry (not saved)
+    example_inputs: tuple[tuple, dict] | None = None
+    constants: dict[str, torch.Tensor] = field(default_factory=dict)   # lifted constants, non-persistent buffers
+    input_paths: list[str] = field(default_factory=list)       # printable path of each flat user input
+    input_aliases: dict[int, int] = field(default_factory=dict)  # flat input index -> earlier index, same tensor
+    shape_contract: ShapeContract | None = None   # shape facts of a dynamic program
+    shape_env: ShapeEnv | None = None             # the symbols of the graph's values (None: all static)
+    shape_report: list[str] = field(default_factory=list)      # dims made static or narrowed, and why
+    # the IR levels the program is checked at: TrainingIRVerifier as exported, another after lowering
+    verifiers: tuple[type[Verifier], ...] = field(default=(TrainingIRVerifier,), metadata=TRANSIENT)
+    # graphport.PythonEffect: what the program's Python did at export that the graph does not carry
+    python_effects: list = field(default_factory=list, metadata=TRANSIENT)
+    # draft_export's report on how the program was exported (torch's `ep._report`)
+    draft_report: Any = field(default=None, metadata=TRANSIENT)
 
-    def __init__(self, graph_module: fx.GraphModule, graph_signature: ExportGraphSignature,
-                 state_dict: dict[str, torch.Tensor], range_constraints: dict,
-                 module_call_graph: list[ModuleCallEntry], example_inputs: tuple[tuple, dict] | None = None,
-                 constants: dict[str, torch.Tensor] | None = None, input_paths: list[str] | None = None,
-                 input_aliases: dict[int, int] | None = None, shape_contract: ShapeContract | None = None,
-                 shape_report: list[str] | None = None, verifiers: list[type[Verifier]] | None = None,
-                 python_effects: list | None = None):
-        self.graph_module = graph_module
-        self.graph_signature = graph_signature
-        self.state_dict = state_dict
-        self.range_constraints = range_constraints
-        self.module_call_graph = module_call_graph
-        self.example_inputs = example_inputs
-        self.constants = constants or {}
-        self.input_paths = input_paths or []
-        self.input_aliases = input_aliases or {}
-        self.shape_contract = shape_contract
-        self.shape_report = shape_report or []
-        self._verifiers = list(verifiers or [TrainingIRVerifier])
-        self.python_effects = list(python_effects or [])
-        self._validate()
+    def __post_init__(self) -> None:
+        self.verifiers = tuple(self.verifiers)
+        self.python_effects = list(self.python_effects)
+        self.validate()
+        finish_metadata(self.graph_module)
+        object.__setattr__(self, "_built", True)
 
-    def _validate(self) -> None:
-        if not isinstance(self.graph_module, fx.GraphModule):
-            raise InternalError(f"graph_module must be a torch.fx.GraphModule, got {type(self.graph_module)}")
-        if not self.module_call_graph or self.module_call_graph[0].fqn != "":
-            raise InternalError("module_call_graph must start with the root module's entry")
-        for spec in self.graph_signature.input_specs:
-            if spec.kind is InputKind.PARAMETER and spec.target not in self.state_dict:
-                raise InternalError(f"parameter {spec.target} has no entry in state_dict")
-            if spec.kind is InputKind.BUFFER and spec.target not in self.state_dict \
-                    and spec.target not in self.constants:
-                raise InternalError(f"buffer {spec.target} has no entry in state_dict or constants")
-            if spec.kind is InputKind.CONSTANT_TENSOR and spec.target not in self.constants:
-                raise InternalError(f"constant {spec.target} has no entry in constants")
+    def __setattr__(self, name: str, value: Any) -> None:
+        if not self.__dict__.get("_built"):
+            object.__setattr__(self, name, value)
+        elif name == "example_inputs":   # torch.export allows this one, checked as it checks it
+            object.__setattr__(self, name, _checked_example_inputs(value, self.call_spec.in_spec))
+        else:
+            raise UnsupportedFeatureError(
+                f"an ExportedProgram is not changed after it is built, so its {name} cannot be set",
+                fix=f"make a new program with it: ep = ep.replace({name}=...)",
+                torch_phrase=f"Unable to set ExportedProgram's {name} attribute.")
+
+    def __delattr__(self, name: str) -> None:
+        raise UnsupportedFeatureError(f"an ExportedProgram is not changed after it is built, so its {name} "
+                                      "cannot be deleted", fix=f"make a new program: ep = ep.replace({name}=...)")
+
+    def replace(self, **changes: Any) -> "ExportedProgram":
+        """A new program with `changes` to these fields, built (and so verified) as any other."""
+        return dataclasses.replace(self, **changes)
 
     @property
-    def verifiers(self) -> list[type[Verifier]]:
-        """The verifier classes that check this program (`validate()` runs them)."""
-        return list(self._verifiers)
+    def range_constraints(self) -> dict:
+        """torch.export's range of each size symbol and derived dimension, from the shape contract."""
+        return self.shape_contract.range_constraints() if self.shape_contract is not None else {}
 
     @property
     def verifier(self) -> type[Verifier]:
-        return self._verifiers[0]
+        return self.verifiers[0]
 
     @property
     def dialect(self) -> str:
         """torch.export's name of the program's operator level: "TRAINING" as exported,
         "ATEN" after run_decompositions()."""
-        return self._verifiers[0].dialect
+        return self.verifiers[0].dialect
 
     @property
     def tensor_constants(self) -> dict[str, torch.Tensor]:
         """The lifted constants and non-persistent buffers (torch.export's name for `constants`)."""
         return self.constants
 
+    @property
+    def _report(self):
+        """draft_export's report, by torch's name for it."""
+        return self.draft_report
+
     def validate(self) -> None:
         """Check the program against the IR contract with each of its verifiers (raises
         InternalError on a violation): after editing `graph_module` by hand, for instance."""
-        for verifier in self._verifiers:
+        for verifier in self.verifiers:
             verifier().check(self)
 
     @property
@@ -171,3 +189,22 @@ class ExportedProgram:
 
     def __repr__(self) -> str:
         return str(self)
+
+
+def _checked_example_inputs(value: Any, in_spec) -> tuple[tuple, dict] | None:
+    """torch.export's rule for setting example_inputs: None, or (args tuple, kwargs dict) of
+    the structure the program takes."""
+    if value is None:
+        return value
+    if isinstance(value, tuple) and len(value) == 2 and isinstance(value[0], tuple) and isinstance(value[1], dict):
+        structure = _torch.pytree.tree_structure(value)
+        if in_spec is None or structure == in_spec:
+            return value
+        raise UnsupportedInputError(
+            f"the example inputs have the structure {structure}, but the program takes {in_spec}",
+            fix="set example inputs of the structure the program was exported with")
+    raise UnsupportedInputError(
+        f"example_inputs must be None or a tuple (args, kwargs) of a tuple and a dict, got {type(value).__qualname__}",
+        fix="set ep.example_inputs = (args, kwargs), e.g. ((x,), {})",
+        torch_phrase="Example inputs should be a tuple containing example arguments (as a tuple), "
+                     "and example kwargs (as a dictionary).")

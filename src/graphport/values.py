@@ -87,7 +87,9 @@ def _device_of_inputs(node: fx.Node, devices: dict[fx.Node, torch.device]) -> to
 
 
 def _on_device(val: Any, device: torch.device) -> Any:
-    return map_args(lambda v: RuntimeValue(v, device) if isinstance(v, torch.Tensor) and v.is_meta else v, val)
+    # a RuntimeValue is finished already (on the meta device too): finishing is idempotent
+    return map_args(lambda v: RuntimeValue(v, device) if isinstance(v, torch.Tensor) and v.is_meta
+                    and not isinstance(v, RuntimeValue) else v, val)
 
 
 def _tensor_meta(val: Any) -> Any:

@@ -14,6 +14,7 @@ import torch
 
 import graphport as gp
 from .helpers import round_trip, saved
+from .test_hostile import members, with_doc
 
 
 class Mlp(torch.nn.Module):
@@ -231,3 +232,15 @@ def test_custom_op_round_trips_and_is_listed(tmp_path):
     round_trip(ep, tmp_path, ((torch.randn(7, 3),), {}))
     with zipfile.ZipFile(io.BytesIO(saved(ep))) as zf:
         assert json.loads(zf.read("graphport.json"))["custom_ops"] == ["gpserde::scale_add.default"]
+
+
+
+def test_range_constraints_are_derived_from_the_contract_not_read_back():
+    """The file carries range_constraints for older readers; a reader derives them from the
+    shape contract, so a file whose copy disagrees loads with the contract's ranges."""
+    b = gp.Dim("b", min=2, max=64)
+    ep = gp.export(Derived(), (torch.randn(5, 4), torch.randn(6, 4)), dynamic_shapes={"x": {0: b}, "y": {0: b + 1}})
+    data = saved(ep)
+    assert len(json.loads(members(data)["graphport.json"])["range_constraints"]) == len(ep.range_constraints) == 2
+    loaded = gp.load(with_doc(data, lambda doc: doc.update(range_constraints=[])))
+    assert loaded.range_constraints == ep.range_constraints

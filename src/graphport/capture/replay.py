@@ -2,7 +2,8 @@
 
 `run_decompositions` lowers a program without its source: the program is its graph. Each
 placeholder becomes a tracer with the placeholder's own metadata (its symbolic sizes are
-the program's, over the same shape environment), and each call is made again on tracers
+the program's, bound to the replay's environment: a fork of the program's, so that what the
+replay asks of sizes never reaches the program it replays), and each call is made again on tracers
 under the capture mode, so the policy decides anew which operators stay whole and which
 expand, and the recorder makes the result functional exactly as a first capture would.
 Every node a source node expands into inherits that node's metadata (`stack_trace`,
@@ -25,6 +26,7 @@ from .. import _torch
 from ..errors import OperatorError, UnsupportedFeatureError
 from ..ops.policy import DispatchPolicy
 from ..ops.vocabulary import SYMBOLIC_SIZE_OPS
+from ..shapes.node import symint
 from .dead_code import eliminate_dead_code
 from ..values import capture_value
 from .data_dependent import assert_fact, bind_symbol
@@ -51,7 +53,7 @@ class ReplayInputs:
     constants: dict[str, torch.Tensor] = field(default_factory=dict)   # placeholder name -> constant tensor
     constant_targets: dict[str, str] = field(default_factory=dict)     # placeholder name -> its target
     user_inputs: list[str] = field(default_factory=list)   # user-input placeholder names, in flat order
-    env: Any = None                                   # the program's ShapeEnv, when its sizes are symbolic
+    env: Any = None                                   # the replay's ShapeEnv (a fork of the program's), when symbolic
     named: frozenset[str] = frozenset()   # nodes named outside the graph (preserved call signatures)
     subgraph: bool = False   # a control-flow subgraph: its sizes come from its own placeholders
 
@@ -188,7 +190,7 @@ def _portable_decompositions():
 
 
 def _placeholder(rec: Recorder, p: fx.Node, inputs: ReplayInputs) -> Any:
-    val = capture_value(p.meta.get("val"))
+    val = _in_env(capture_value(p.meta.get("val")), inputs.env)
     if isinstance(val, torch.Tensor):
         real = inputs.constants.get(p.name)
         if real is not None:
@@ -207,6 +209,25 @@ def _placeholder(rec: Recorder, p: fx.Node, inputs: ReplayInputs) -> Any:
         value = val
     made.meta.update({k: v for k, v in p.meta.items() if k != "val"})
     return value
+
+
+def _in_env(val: Any, env) -> Any:
+    """A placeholder's recorded value with its symbolic sizes, strides and offset made again in
+    `env`: every size computation of the replay then reasons (and records guards) there."""
+    if env is None:
+        return val
+    if isinstance(val, torch.SymInt) and val.node.env is not env:
+        return symint(val.node.expr, env)
+    if not isinstance(val, torch.Tensor) or not any(is_sym(s) and s.node.env is not env
+                                                    for s in (*val.shape, *val.stride())):
+        return val
+
+    def again(s):
+        return symint(s.node.expr, env) if is_sym(s) else s
+    # an input's value starts its storage (capture lays inputs out so, as torch's do)
+    made = torch.empty_strided([again(s) for s in val.shape], [again(s) for s in val.stride()], dtype=val.dtype,
+                               device="meta")
+    return made.requires_grad_(val.requires_grad)
 
 
 def _run(rec: Recorder, gm: fx.GraphModule, node: fx.Node, values: dict, policy: DispatchPolicy,

@@ -108,7 +108,7 @@ def check_cmd(args) -> int:
             # the program's own example inputs, when it carries them, seed the draws
             entry = load_entry(args.model, args.args, args.dynamic, inputs_required=ep.example_inputs is None)
             if ep.example_inputs is None:
-                ep.example_inputs = (entry.args, entry.kwargs)
+                ep = ep.replace(example_inputs=(entry.args, entry.kwargs))
         else:
             entry = load_entry(args.model, args.args, args.dynamic)
             progress.status("exporting")

@@ -20,7 +20,6 @@ from torch.utils._pytree import tree_flatten, tree_unflatten
 from .. import signature as gsig
 from ..capture.inputs import input_paths
 from ..errors import UnsupportedFeatureError
-from ..passes.verifier import verify
 from ..program import ExportedProgram, ModuleCallEntry, ModuleCallSignature
 from ..shapes.contract import ComputedValue, InputDimension, Relation, ShapeContract, SymbolFact, size_symbol
 from ..shapes.env import ShapeEnv, SymbolInfo
@@ -47,14 +46,10 @@ def from_torch(tep: texport.ExportedProgram) -> ExportedProgram:
         _declare(env, contract, tep)
     graph_module = _convert_module(tep.graph_module, _Values(env, symbols))
     _functionalize_fresh_in_place(graph_module)
-    ep = ExportedProgram(
-        graph_module, sig, dict(tep.state_dict),
-        range_constraints=contract.range_constraints() if contract is not None else {},
+    return ExportedProgram(
+        graph_module=graph_module, graph_signature=sig, state_dict=dict(tep.state_dict),
         module_call_graph=call_graph, example_inputs=tep.example_inputs, constants=dict(tep.constants),
-        input_paths=paths,
-        shape_contract=contract)
-    verify(ep)
-    return ep
+        input_paths=paths, shape_contract=contract, shape_env=env if contract is not None else None)
 
 
 # -- the shape contract ---------------------------------------------------------------------------

@@ -16,7 +16,7 @@ import dataclasses
 import logging
 import time
 import warnings
-from typing import Any, Callable, Iterator
+from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 import torch
 import torch.fx as fx
@@ -25,13 +25,14 @@ from .. import _torch, progress
 from ..capture.replay import ReplayInputs, replay
 from ..errors import UnsupportedFeatureError
 from ..ops.decompositions import DecompositionTable, TablePolicy, default_decompositions
-from ..program import ExportedProgram, ModuleCallEntry
 from ..signature import (ConstantArgument, ExportGraphSignature, InputKind, InputSpec, OutputSpec, SymBoolArgument,
                          SymFloatArgument, SymIntArgument, TensorArgument)
 from .._gc import cycle_collection_paused
 from .lowering_sizes import LoweredValidity, lowered_validity
-from ..values import finish_metadata
 from .verifier import CoreATenVerifier, Verifier
+
+if TYPE_CHECKING:   # passes take a program and return ep.replace(...): they sit below program.py
+    from ..program import ExportedProgram, ModuleCallEntry
 
 log = logging.getLogger("graphport.passes")
 
@@ -53,7 +54,9 @@ def run_decompositions(ep: ExportedProgram, decomp_table: dict[Any, Callable] | 
         _log_chosen(ep, table)
     start = time.perf_counter()
     progress.report("run_decompositions", 0, 3)
-    env = _shape_env(ep.graph)
+    # the lowering reasons about sizes in a fork of the program's environment, which the
+    # lowered program then owns: the program given is never changed
+    env = ep.shape_env.fork(with_facts=True) if ep.shape_env is not None else None
     named = frozenset(arg.name for entry in ep.module_call_graph if entry.signature is not None
                       for arg in entry.signature.inputs + entry.signature.outputs
                       if not isinstance(arg, ConstantArgument))
@@ -67,7 +70,7 @@ def run_decompositions(ep: ExportedProgram, decomp_table: dict[Any, Callable] | 
         return lowered_validity(ep, env, assumed, replayed.graph_module.graph, replayed.constant_values,
                                 lower_again)
 
-    with _no_new_shape_facts(env, _traced_again(ep.graph, env) and validity) as proven:
+    with _no_new_shape_facts(env, ep.shape_env, _traced_again(ep.graph, env) and validity) as proven:
         replayed = replay(ep.graph_module, policy, _replay_inputs(ep, env, named))
         progress.report("run_decompositions", 1, 3)
     progress.report("run_decompositions", 2, 3)
@@ -79,14 +82,13 @@ def run_decompositions(ep: ExportedProgram, decomp_table: dict[Any, Callable] | 
     out_values = next(n for n in graph.nodes if n.op == "output").args[0]
     output_specs = [OutputSpec(spec.kind, _argument(value), spec.target)
                     for spec, value in zip(ep.graph_signature.output_specs, out_values)]
-    lowered = ExportedProgram(
-        replayed.graph_module, ExportGraphSignature(input_specs, output_specs), dict(ep.state_dict),
-        dict(ep.range_constraints), [_renamed(e, replayed.renamed) for e in ep.module_call_graph],
-        ep.example_inputs, {**ep.constants, **replayed.constant_values}, list(ep.input_paths),
-        dict(ep.input_aliases), *_narrowed(ep, env, proven.valid_from),
-        verifiers=[CoreATenVerifier if decomp_table is None else Verifier], python_effects=ep.python_effects)
-    lowered.validate()
-    finish_metadata(lowered.graph_module)
+    contract, report = _narrowed(ep, env, proven.valid_from)
+    lowered = ep.replace(
+        graph_module=replayed.graph_module, graph_signature=ExportGraphSignature(input_specs, output_specs),
+        state_dict=dict(ep.state_dict), module_call_graph=[_renamed(e, replayed.renamed) for e in ep.module_call_graph],
+        constants={**ep.constants, **replayed.constant_values}, input_paths=list(ep.input_paths),
+        input_aliases=dict(ep.input_aliases), shape_contract=contract, shape_env=env, shape_report=report,
+        verifiers=[CoreATenVerifier if decomp_table is None else Verifier])
     progress.report("run_decompositions", 3, 3)
     log.info("run_decompositions: %d nodes -> %d nodes in %.3f s", len(ep.graph.nodes), len(graph.nodes),
              time.perf_counter() - start)
@@ -112,7 +114,7 @@ def _renamed(entry: ModuleCallEntry, renamed: dict[str, Any]) -> ModuleCallEntry
     """A preserved call's signature naming the lowered program's nodes: a value the lowering
     computes another way has another node (`linear` becomes `addmm`), or is now a constant."""
     if entry.signature is None:
-        return ModuleCallEntry(entry.fqn, None, entry.alias_of)
+        return dataclasses.replace(entry)
 
     def arg(a):
         if isinstance(a, ConstantArgument) or a.name not in renamed:
@@ -123,7 +125,7 @@ def _renamed(entry: ModuleCallEntry, renamed: dict[str, Any]) -> ModuleCallEntry
     signature = dataclasses.replace(entry.signature, inputs=[arg(a) for a in entry.signature.inputs],
                                     outputs=[arg(a) for a in entry.signature.outputs],
                                     state_writes={t: n for t, n in writes.items() if isinstance(n, str)})
-    return ModuleCallEntry(entry.fqn, signature, entry.alias_of)
+    return dataclasses.replace(entry, signature=signature)
 
 
 def _replay_inputs(ep: ExportedProgram, env, named: frozenset[str]) -> ReplayInputs:
@@ -146,19 +148,6 @@ def _replay_inputs(ep: ExportedProgram, env, named: frozenset[str]) -> ReplayInp
     return ReplayInputs(devices, constants, targets, users, env, named)
 
 
-def _shape_env(graph: fx.Graph):
-    """The shape environment of the program's symbolic sizes, or None for a static program.
-    Every node is looked at, not only the inputs: a program with static inputs still has
-    symbolic sizes when it reads data (`.item()`, `nonzero`), and its replay needs them."""
-    for node in graph.nodes:
-        for val in pytree.tree_leaves(node.meta.get("val")):
-            sizes = list(val.shape) if isinstance(val, torch.Tensor) else [val]
-            for size in sizes:
-                if isinstance(size, (torch.SymInt, torch.SymFloat, torch.SymBool)) and hasattr(size.node, "env"):
-                    return size.node.env
-    return None
-
-
 def _traced_again(graph: fx.Graph, env) -> bool:
     """Whether the lowering can be traced again at pinned sizes: not yet for control flow
     or data-dependent sizes, whose lowering keeps the capture's assumption levels instead."""
@@ -166,7 +155,7 @@ def _traced_again(graph: fx.Graph, env) -> bool:
 
 
 @contextlib.contextmanager
-def _no_new_shape_facts(env, prove: Callable[[list], LoweredValidity] | bool) -> Iterator[LoweredValidity]:
+def _no_new_shape_facts(env, original, prove: Callable[[list], LoweredValidity] | bool) -> Iterator[LoweredValidity]:
     """The lowered program keeps the original's shape contract, so its decompositions must
     not need a fact about sizes beyond the capture's: no new guard; and a decision that
     holds only for sizes larger than the capture assumed (a layout or emptiness question
@@ -174,54 +163,42 @@ def _no_new_shape_facts(env, prove: Callable[[list], LoweredValidity] | bool) ->
     (`prove(grown)`, see passes/lowering_sizes.py). Decisions at the capture's own level
     are not traced again: they are as proven as the capture's (the same small sizes were
     traced for the program; not for the decompositions' own choices). Without a proof
-    (`prove` False), no decision may assume more than the capture did. The environment is
-    restored either way, so the original program is left as it was. Yields what the proof
-    found, filled in on exit."""
+    (`prove` False), no decision may assume more than the capture did. `env` is the
+    lowering's fork of the `original` program's environment, compared with it here; the
+    original is not changed. Yields what the proof found, filled in on exit."""
     proven = LoweredValidity({}, [])
+    yield proven
     if env is None:
-        yield proven
         return
-    guards, replacements = list(env.guards), dict(env.replacements)
-    assumed, sites = dict(env.assumed_min), dict(env.assumption_sites)
-    try:
-        yield proven
-        known = {g.rel for g in guards}
-        new = [g for g in env.guards[len(guards):] if g.rel not in known]
-        if new:
+    known = {g.rel for g in original.guards}
+    new = [g for g in env.guards[len(original.guards):] if g.rel not in known]
+    if new:
+        raise UnsupportedFeatureError(
+            f"a decomposition needs the sizes to satisfy {new[0].rel}, which the program was not exported "
+            "with, so its shape checks would no longer cover it", location=new[0].location,
+            fix="keep that operator whole: delete it from the decomposition table "
+                "(table = graphport.default_decompositions(); del table[op])")
+    # what capture proved operator by operator it assumed too: lowering may assume as much
+    grown = [(sym, least) for sym, least in env.assumed_min.items()
+             if least > max(original.assumed_min.get(sym, 0), env.proven_min.get(sym, 0))]
+    if not prove and grown:
+        sym, least = grown[0]
+        raise UnsupportedFeatureError(
+            f"a decomposition assumes {env.symbols[sym].dim_name} >= {least}, which the program was not "
+            "proven for (a lowering with control flow or data-dependent sizes is not traced again at small "
+            "sizes)", location=env.assumption_sites.get(sym),
+            fix="keep that operator whole (delete it from the decomposition table), or export with "
+                f"Dim min={least}")
+    if prove and grown:
+        found = prove(sorted(grown, key=lambda item: str(item[0])))
+        if found.exclusions:
+            together = ", ".join(f"{env.symbols[s].dim_name} = {v}" for s, v in found.exclusions[0].items())
             raise UnsupportedFeatureError(
-                f"a decomposition needs the sizes to satisfy {new[0].rel}, which the program was not exported "
-                "with, so its shape checks would no longer cover it", location=new[0].location,
-                fix="keep that operator whole: delete it from the decomposition table "
-                    "(table = graphport.default_decompositions(); del table[op])")
-        # what capture proved operator by operator it assumed too: lowering may assume as much
-        grown = [(sym, least) for sym, least in env.assumed_min.items()
-                 if least > max(assumed.get(sym, 0), env.proven_min.get(sym, 0))]
-        if not prove and grown:
-            sym, least = grown[0]
-            raise UnsupportedFeatureError(
-                f"a decomposition assumes {env.symbols[sym].dim_name} >= {least}, which the program was not "
-                "proven for (a lowering with control flow or data-dependent sizes is not traced again at small "
-                "sizes)", location=env.assumption_sites.get(sym),
-                fix="keep that operator whole (delete it from the decomposition table), or export with "
-                    f"Dim min={least}")
-        if prove and grown:
-            found = prove(sorted(grown, key=lambda item: str(item[0])))
-            if found.exclusions:
-                together = ", ".join(f"{env.symbols[s].dim_name} = {v}" for s, v in found.exclusions[0].items())
-                raise UnsupportedFeatureError(
-                    f"the lowered program computes something else when {together} together, sizes the program "
-                    "accepts", location=env.assumption_sites.get(next(iter(found.exclusions[0]))),
-                    fix="keep the operators involved whole (delete them from the decomposition table), or narrow "
-                        "those Dims' ranges")
-            proven.valid_from.update(found.valid_from)
-    finally:
-        env.guards[:] = guards
-        env.replacements = replacements
-        env.assumed_min.clear()
-        env.assumed_min.update(assumed)
-        env.assumption_sites.clear()
-        env.assumption_sites.update(sites)
-        env._simplified.clear()
+                f"the lowered program computes something else when {together} together, sizes the program "
+                "accepts", location=env.assumption_sites.get(next(iter(found.exclusions[0]))),
+                fix="keep the operators involved whole (delete them from the decomposition table), or narrow "
+                    "those Dims' ranges")
+        proven.valid_from.update(found.valid_from)
 
 
 def _narrowed(ep: ExportedProgram, env, valid_from: dict) -> tuple:

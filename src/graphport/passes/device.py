@@ -12,15 +12,17 @@ tensor values of `meta["val"]` replaced, never changed in place) and the state i
 from __future__ import annotations
 
 import copy
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 import torch
 import torch.fx as fx
 
 from .. import _torch
 from ..op_args import map_args
-from ..program import ExportedProgram
 from ..values import RuntimeValue
+
+if TYPE_CHECKING:   # passes take a program and return ep.replace(...): they sit below program.py
+    from ..program import ExportedProgram
 
 Location = torch.device | str | dict
 
@@ -45,14 +47,13 @@ def move_to_device_pass(ep: ExportedProgram, location: Location) -> ExportedProg
     example_inputs = None
     if ep.example_inputs is not None:
         example_inputs = _torch.pytree.tree_map_only(torch.Tensor, move_tensor, ep.example_inputs)
-    moved_program = ExportedProgram(
-        _moved_graph_module(ep.graph_module, move_device), copy.deepcopy(ep.graph_signature),
-        {name: move_tensor(t) for name, t in ep.state_dict.items()}, dict(ep.range_constraints),
-        list(ep.module_call_graph), example_inputs,
-        {name: move_tensor(t) if isinstance(t, torch.Tensor) else t for name, t in ep.constants.items()},
-        list(ep.input_paths), dict(ep.input_aliases), ep.shape_contract, list(ep.shape_report), ep.verifiers)
-    moved_program.validate()
-    return moved_program
+    return ep.replace(
+        graph_module=_moved_graph_module(ep.graph_module, move_device),
+        graph_signature=copy.deepcopy(ep.graph_signature),
+        state_dict={name: move_tensor(t) for name, t in ep.state_dict.items()},
+        module_call_graph=list(ep.module_call_graph), example_inputs=example_inputs,
+        constants={name: move_tensor(t) if isinstance(t, torch.Tensor) else t for name, t in ep.constants.items()},
+        input_paths=list(ep.input_paths), input_aliases=dict(ep.input_aliases), shape_report=list(ep.shape_report))
 
 
 def _device_mover(location: Location) -> Callable[[torch.device], torch.device]:

@@ -97,6 +97,10 @@ def verify(ep, dialect: str = "default") -> None:
     `run_decompositions()`); raise InternalError on the first violation."""
     if dialect not in DIALECTS:
         raise ValueError(f"unknown dialect {dialect!r}; expected one of {DIALECTS}")
+    if not isinstance(ep.graph_module, fx.GraphModule):
+        _fail(None, f"the program's graph_module must be a torch.fx.GraphModule, not {type(ep.graph_module)}")
+    if not ep.module_call_graph or ep.module_call_graph[0].fqn != "":
+        _fail(None, "the module call graph must start with the root module's entry")
     graph = ep.graph
     sig = ep.graph_signature
     nodes = list(graph.nodes)

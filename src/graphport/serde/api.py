@@ -22,12 +22,8 @@ from safetensors.torch import load_file
 from .. import progress
 from .._gc import cycle_collection_paused
 from ..errors import ArtifactError, GraphportError
-from ..values import finish_metadata
-from ..passes.verifier import verify
 from ..program import ExportedProgram
 from .archive import ArchiveReader, ArchiveWriter, dump_json
-from .check import check_graph
-from .coherence import check_coherence
 from .direct_io import DirectRegionFile
 from .integrity import check_member, check_tensors, checksums
 from .program_json import check_version, program_from_json, program_to_json
@@ -162,7 +158,7 @@ def _load(reader: ArchiveReader, extra_files: dict | None, weights: dict | None,
     validate_document(doc)
     progress.report("load", 2, _LOAD_STEPS)
     stored = decode_safetensors(reader) if WEIGHTS in reader.members else None
-    ep, env = program_from_json(doc, TensorBinder(stored.tensors if stored is not None else {}), weights)
+    ep = program_from_json(doc, TensorBinder(stored.tensors if stored is not None else {}), weights)
     progress.report("load", 3, _LOAD_STEPS)
     declared = doc.get("extra_files")
     if not isinstance(declared, list) or sorted(f"extra/{n}" for n in declared if isinstance(n, str)) != \
@@ -173,13 +169,6 @@ def _load(reader: ArchiveReader, extra_files: dict | None, weights: dict | None,
             member = f"extra/{name}"
             if member in reader.members:
                 extra_files[name] = reader.read(member, reader.limits.max_extra_file_bytes).decode("utf-8", "replace")
-    check_coherence(ep)
-    check_graph(ep.graph_module, env)
-    finish_metadata(ep.graph_module)
-    try:
-        verify(ep)
-    except GraphportError as e:
-        raise ArtifactError(f"the loaded program breaks the IR contract: {e.what}") from None
     progress.report("load", 4, _LOAD_STEPS)
     if stored is not None and check_weights:   # last: the cheap checks refuse a broken file first
         _check_weights(stored, doc, reader)

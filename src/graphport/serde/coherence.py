@@ -4,17 +4,19 @@ The runtime indexes the flat user inputs with numbers the file holds (shape-cont
 sources and dims, input aliases, input paths) and rebuilds inputs and outputs with the
 root call's pytree specs. A damaged file whose numbers point past the inputs, at a
 dimension an input does not have, or whose specs disagree with the signature would load
-and then fail inside a call; here it is an ArtifactError at load instead.
+and then fail inside a call; here it is an ArtifactError at load instead. The fields are
+checked before the program is built from them (and verified), so that a damaged file is
+named as such rather than as a program breaking the IR contract.
 """
 from __future__ import annotations
 
+from types import SimpleNamespace
 from typing import Any
 
 import torch
 
 from ..errors import ArtifactError
 from ..values import RuntimeValue
-from ..program import ExportedProgram
 from ..shapes.contract import InputDimension
 from ..signature import (InputKind, OutputKind, SymBoolArgument, SymFloatArgument, SymIntArgument,
                          TensorArgument)
@@ -24,11 +26,13 @@ _PLACEHOLDER_VALUES = {TensorArgument: (torch.Tensor, RuntimeValue), SymIntArgum
                        SymFloatArgument: (float, torch.SymFloat), SymBoolArgument: (bool, torch.SymBool)}
 
 
-def check_coherence(ep: ExportedProgram) -> None:
+def check_coherence(fields: dict[str, Any]) -> None:
+    """`fields`: the keyword arguments the program is about to be built with."""
+    ep = SimpleNamespace(**fields)
     sig = ep.graph_signature
     user_inputs = [s.arg.name for s in sig.input_specs if s.kind is InputKind.USER_INPUT]
     user_outputs = sum(1 for s in sig.output_specs if s.kind is OutputKind.USER_OUTPUT)
-    call = ep.call_spec
+    call = ep.module_call_graph[0].signature
     if call.in_spec.num_leaves != len(user_inputs):
         _fail(f"the program's input structure has {call.in_spec.num_leaves} leaves, but its signature "
               f"{len(user_inputs)} user inputs")
@@ -64,7 +68,7 @@ def _check_symbols(expr, defined, what: str) -> None:
         _fail(f"the shape contract's {what} uses the symbol {unknown[0]}, which the contract does not define")
 
 
-def _check_placeholders(ep: ExportedProgram) -> None:
+def _check_placeholders(ep: SimpleNamespace) -> None:
     found = {n.name: n.meta.get("val") for n in ep.graph_module.graph.nodes if n.op == "placeholder"}
     for spec in ep.graph_signature.input_specs:
         wanted = _PLACEHOLDER_VALUES.get(type(spec.arg))
@@ -74,7 +78,7 @@ def _check_placeholders(ep: ExportedProgram) -> None:
                   f"{type(value).__name__}")
 
 
-def _placeholder_values(ep: ExportedProgram, names: list[str]) -> list[Any]:
+def _placeholder_values(ep: SimpleNamespace, names: list[str]) -> list[Any]:
     found = {n.name: n.meta.get("val") for n in ep.graph_module.graph.nodes if n.op == "placeholder"}
     return [found.get(name) for name in names]
 

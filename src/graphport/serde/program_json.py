@@ -4,7 +4,9 @@ Top-level keys, in the order they are written: format, version, custom_ops, shap
 graph, signature, state_dict, constants, range_constraints, shape_contract,
 module_call_graph, input_paths, input_aliases, shape_report, example_inputs,
 extra_files (api.save adds weight_checksums, last). schema.json is the format's JSON Schema;
-load validates the document against it before anything here reads it.
+load validates the document against it before anything here reads it. The document is the
+ExportedProgram record's fields but those its definition marks transient; range_constraints
+is derived from shape_contract, written for older readers and not read back.
 """
 from __future__ import annotations
 
@@ -13,17 +15,17 @@ from typing import Any
 import torch
 
 from .. import _torch
-from ..errors import ArtifactError
+from ..errors import ArtifactError, GraphportError
 from ..program import ExportedProgram, ModuleCallEntry, ModuleCallSignature
 from ..shapes.contract import ComputedValue, ShapeContract
 from ..shapes.env import ShapeEnv
-from ..shapes.node import SymNode
 from ..signature import (ConstantArgument, ExportGraphSignature, InputKind, InputSpec, OutputKind, OutputSpec,
                          SymBoolArgument, SymFloatArgument, SymIntArgument, TensorArgument)
+from .check import check_graph
+from .coherence import check_coherence
 from .graph_json import graph_from_json, graph_to_json
 from .state import TensorBinder, TensorTable
-from .symbolic import (_short, env_from_json, env_to_json, expr_from_json, expr_to_json, range_from_json, range_to_json,
-                       symbol_table)
+from .symbolic import _short, env_from_json, env_to_json, expr_to_json, range_to_json, symbol_table
 from .targets import custom_namespace, lookup_operator, qualified_name
 from .treespec import treespec_from_json, treespec_to_json
 from .values import Decoder, dtype_name, encode
@@ -41,7 +43,7 @@ _ARGUMENT_NAMES = {v: k for k, v in _ARGUMENTS.items()}
 
 def program_to_json(ep: ExportedProgram, table: TensorTable, extra_names: list[str],
                     with_examples: bool = True) -> dict:
-    env = _shape_env(ep)
+    env = ep.shape_env
     doc: dict[str, Any] = {
         "format": FORMAT, "version": list(VERSION),
         "custom_ops": _custom_ops(ep.graph_module),
@@ -51,6 +53,8 @@ def program_to_json(ep: ExportedProgram, table: TensorTable, extra_names: list[s
                       "outputs": [_output_spec(s) for s in ep.graph_signature.output_specs]},
         "state_dict": {k: table.describe(v, k, f"state_dict['{k}']") for k, v in ep.state_dict.items()},
         "constants": {k: table.describe(v, f"constants/{k}", f"constant {k}") for k, v in ep.constants.items()},
+        # derived from shape_contract (as ep.range_constraints is) and written for readers of every
+        # 1.x, which require the key; this reader derives it again and does not read it
         "range_constraints": [[expr_to_json(k, symbol_table(env)), range_to_json(v)]
                               for k, v in ep.range_constraints.items()],
         "shape_contract": ep.shape_contract.to_json() if ep.shape_contract is not None else None,
@@ -62,23 +66,6 @@ def program_to_json(ep: ExportedProgram, table: TensorTable, extra_names: list[s
         "extra_files": extra_names,
     }
     return doc
-
-
-def _shape_env(ep: ExportedProgram):
-    """The shape environment behind the program's symbolic values (one per program)."""
-    def walk(gm):
-        for n in gm.graph.nodes:
-            for leaf in pytree.tree_leaves(n.meta.get("val")):
-                sizes = list(leaf.shape) + list(leaf.stride()) if isinstance(leaf, torch.Tensor) else [leaf]
-                for s in sizes:
-                    if isinstance(getattr(s, "node", None), SymNode):
-                        return s.node.env
-            if n.op == "get_attr":
-                found = walk(getattr(gm, n.target))
-                if found is not None:
-                    return found
-        return None
-    return walk(ep.graph_module)
 
 
 def _custom_ops(gm) -> list[str]:
@@ -145,9 +132,8 @@ def check_version(doc: Any) -> None:
                 f"{version[0]}.x, or save the program again with this one")
 
 
-def program_from_json(doc: dict, binder: TensorBinder, weights: dict[str, torch.Tensor] | None
-                      ) -> tuple[ExportedProgram, ShapeEnv | None]:
-    """The program, and the shape environment its symbolic values share (None: static)."""
+def program_from_json(doc: dict, binder: TensorBinder, weights: dict[str, torch.Tensor] | None) -> ExportedProgram:
+    """The program, owning the shape environment its symbolic values share (None: static)."""
     check_version(doc)
     for name in _list(doc, "custom_ops"):   # every custom op named up front, before the graph
         if not isinstance(name, str):
@@ -157,11 +143,6 @@ def program_from_json(doc: dict, binder: TensorBinder, weights: dict[str, torch.
     gm = graph_from_json(doc.get("graph"), env)
     signature = _signature(doc.get("signature"))
     state_dict, constants = _state(doc, binder, weights)
-    ranges = {}
-    for pair in _list(doc, "range_constraints"):
-        if not isinstance(pair, list) or len(pair) != 2:
-            _fail("range_constraints")
-        ranges[expr_from_json(pair[0], symbol_table(env))] = range_from_json(pair[1])
     contract = ShapeContract.from_json(doc["shape_contract"]) if doc.get("shape_contract") is not None else None
     _check_bindings(env, contract)
     call_graph = [_call_entry_from(e) for e in _list(doc, "module_call_graph")]
@@ -175,9 +156,16 @@ def program_from_json(doc: dict, binder: TensorBinder, weights: dict[str, torch.
     if not all(isinstance(p, str) for p in paths + report):
         _fail("input_paths or shape_report")
     examples = _examples_from(doc.get("example_inputs"), binder)
-    ep = ExportedProgram(gm, signature, state_dict, ranges, call_graph, examples, constants, paths, aliases,
-                         contract, report)
-    return ep, env
+    fields = dict(graph_module=gm, graph_signature=signature, state_dict=state_dict, module_call_graph=call_graph,
+                  example_inputs=examples, constants=constants, input_paths=paths, input_aliases=aliases,
+                  shape_contract=contract, shape_env=env, shape_report=report)
+    check_coherence(fields)
+    check_graph(gm, env)
+    try:
+        ep = ExportedProgram(**fields)
+    except GraphportError as e:
+        raise ArtifactError(f"the loaded program breaks the IR contract: {e.what}") from None
+    return ep
 
 
 def _check_bindings(env: ShapeEnv | None, contract: ShapeContract | None) -> None:

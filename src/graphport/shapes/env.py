@@ -94,15 +94,23 @@ class ShapeEnv:
         self._by_ranges = other._by_ranges
         self._arith = other._arith
 
-    def fork(self, pinned: frozenset | set = frozenset()) -> "ShapeEnv":
+    def fork(self, pinned: frozenset | set = frozenset(), *, with_facts: bool = False) -> "ShapeEnv":
         """A new environment for a "what if" about this one (sizes pinned, a re-trace): the
         same symbols and declared ranges, less those in `pinned`, sharing only the caches of
         pure answers; guards, assumptions and decisions start empty, and nothing done in the
-        fork reaches this environment."""
+        fork reaches this environment. `with_facts` (the same program transformed at the same
+        sizes, as lowering does) starts the fork from what this environment knows instead:
+        its replacements, guards, assumptions and data-dependent symbols, copied."""
         env = ShapeEnv()
         env.share_caches(self)
         env.symbols = {sym: replace(info) for sym, info in self.symbols.items() if sym not in pinned}
         env.exact = self.exact - set(pinned)
+        if with_facts:
+            env.replacements = dict(self.replacements)
+            env.guards = list(self.guards)
+            env.assumed_min, env.assumption_sites = dict(self.assumed_min), dict(self.assumption_sites)
+            env.proven_min = dict(self.proven_min)
+            env.unbacked = self.unbacked.copy()
         return env
 
     # -- symbols ------------------------------------------------------------------------

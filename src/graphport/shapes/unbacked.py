@@ -13,7 +13,7 @@ holds.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Callable
 
 import sympy
@@ -53,6 +53,11 @@ class Unbacked:
     # a replay (run_decompositions) hands the source's symbols out again, in the order the
     # source made them, so the lowered program keeps u0, u1 ... and what is known of them
     reuse: list[sympy.Symbol] = field(default_factory=list)
+
+    def copy(self) -> "Unbacked":
+        """The symbols and facts, for a fork of the environment (shapes/env.py): a capture's
+        hooks (asserter, from_example, reuse) are not carried."""
+        return Unbacked({sym: replace(info) for sym, info in self.infos.items()}, list(self.facts))
 
     def new(self, pytype: type, lower, upper, origin: str, size_like: bool = False) -> sympy.Symbol:
         if self.reuse:
