@@ -124,7 +124,9 @@ class SizeSteps:
     def _write_input(self, v, t, d, n):
         r = self.rng
         src = r.choice(["x0.add_(1)", "x0.mul_(x0.shape[0] * 0.5)", "x0[x0 > 0] = 0", "x0.clamp_(min=-0.5)",
-                        "x0.copy_(x0 * 2)"])
+                        "x0.copy_(x0 * 2)",
+                        "x0.view(-1).as_strided((2,), (1,), 0).mul_(2)", "x0.as_strided((1,), (1,), 0).add_(1)",
+                        "x0.view(-1)[:x0.shape[0]].add_(1)"])
         return "write_input", src, None
 
     def _random(self, v, t, d, n):

@@ -126,3 +126,28 @@ def test_training_batch_norm_of_an_empty_batch():
     theirs = dict(reference.named_buffers())
     for name, buffer in module.named_buffers():
         torch.testing.assert_close(buffer, theirs[name], msg=name)
+
+
+def write_through_strided_window(x):
+    x.view(-1).as_strided((2,), (1,), 0).mul_(2)
+    return x
+
+
+def test_write_through_as_strided_window_past_an_empty_storage():
+    """At x.shape[0] = 0 the window of two elements lies past the end of the input's storage:
+    eager's as_strided raises, meta tensors do not check it, and the write-back's
+    as_strided_scatter raised instead, an InternalError at export. Now the pinned trace fails
+    as eager does, and the size 0 is refused at call with eager's reason."""
+    ep = gp.export(write_through_strided_window, (torch.randn(4, 3),),
+                   dynamic_shapes=({0: gp.Dim("n", min=0, max=16)},))
+    for n in (1, 2, 4, 16):
+        _same_as_eager(write_through_strided_window, ep, torch.randn(n, 3))
+    with pytest.raises(RuntimeError, match="out of bounds for storage"):
+        write_through_strided_window(torch.randn(0, 3))
+    with pytest.raises(gp.InputMismatchError, match="out of bounds for storage"):
+        ep.module()(torch.randn(0, 3))
+
+
+def test_as_strided_past_the_storage_at_a_static_size_is_eagers_error():
+    with pytest.raises(gp.OperatorError, match="out of bounds for storage of size 0"):
+        gp.export(write_through_strided_window, (torch.randn(0, 3),))

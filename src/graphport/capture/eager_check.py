@@ -52,3 +52,30 @@ def runs_at_the_example(func, meta_args: tuple, meta_kwargs: dict) -> bool | Non
     except (RuntimeError, ValueError, TypeError, IndexError, NotImplementedError):
         return False
     return True
+
+
+def outside_storage(func, meta_args: tuple, meta_kwargs: dict) -> str | None:
+    """Eager's error where `as_strided` asks for a window past the end of its base's storage,
+    which meta tensors do not check: the sizes must be concrete (a trace at pinned sizes, a
+    static capture) for the answer to be eager's; otherwise None."""
+    if func is not torch.ops.aten.as_strided.default:
+        return None
+    base, sizes, strides = meta_args[:3]
+    offset = meta_args[3] if len(meta_args) > 3 else meta_kwargs.get("storage_offset")
+    if offset is None:
+        offset = base.storage_offset()
+    try:
+        storage_bytes = base.untyped_storage().nbytes()
+    except (RuntimeError, NotImplementedError):
+        return None
+    values = [storage_bytes, offset, *sizes, *strides]
+    if not all(type(v) is int for v in values):
+        return None
+    if 0 in sizes:
+        return None
+    needed = (offset + 1 + sum((n - 1) * s for n, s in zip(sizes, strides))) * base.element_size()
+    if needed <= storage_bytes:
+        return None
+    return (f"setStorage: sizes {list(sizes)}, strides {list(strides)}, storage offset {offset}, and itemsize "
+            f"{base.element_size()} requiring a storage size of {needed} are out of bounds for storage of size "
+            f"{storage_bytes}")
