@@ -594,8 +594,8 @@ def size_sweep(prog: Program, rng: random.Random, max_points: int = 14):
 
 def _is_refusal(error: BaseException, exporter: str) -> bool:
     """An error of the exporter's own, saying no (a refused input, an unsupported program)."""
-    if exporter == "graphport":
-        return isinstance(error, gp.GraphportError)
+    if exporter == "graphport":   # an InternalError is graphport's bug, not a refusal
+        return isinstance(error, gp.GraphportError) and not isinstance(error, gp.InternalError)
     text = str(error)   # torch.export: its input guards, its user errors
     return (type(error).__module__.startswith("torch._dynamo") or "Expected input" in text or "Guard failed" in text
             or "Constraints violated" in text or type(error).__name__ in ("UserError", "Unsupported"))

@@ -151,3 +151,24 @@ def test_write_through_as_strided_window_past_an_empty_storage():
 def test_as_strided_past_the_storage_at_a_static_size_is_eagers_error():
     with pytest.raises(gp.OperatorError, match="out of bounds for storage of size 0"):
         gp.export(write_through_strided_window, (torch.randn(0, 3),))
+
+
+def cond_on_a_data_dependent_size(x):
+    positive = x[x > 0]
+    return torch.cond(positive.shape[0] > 3, lambda t: t * torch.sym_float(t.shape[0]), lambda t: t + 1, (positive,))
+
+
+def cond_with_a_size_float_on_a_data_dependent_operand(x):
+    positive = x[x > 0]
+    return torch.cond(x.shape[0] > 3, lambda t: t * ((t.shape[0] + 1) ** -0.5), lambda t: t + 1, (positive,))
+
+
+@pytest.mark.parametrize("fn", [cond_on_a_data_dependent_size, cond_with_a_size_float_on_a_data_dependent_operand])
+def test_branch_using_a_data_dependent_size_passed_as_an_operand(fn):
+    """The size of a data-dependent operand reaches a branch as an operand of its own, a
+    placeholder of the branch: the verifier took it for a use of u0 before any binding
+    (InternalError "IR contract violated by node 'sym_float'")."""
+    spec = ({0: gp.Dim("n", min=0, max=16)},)
+    ep = gp.export(fn, (torch.randn(8),), dynamic_shapes=spec)
+    for x in (torch.randn(8), torch.ones(8), -torch.ones(8), torch.randn(0), torch.randn(3), torch.randn(16)):
+        _same_as_eager(fn, ep, x)

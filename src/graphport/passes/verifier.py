@@ -47,9 +47,15 @@ def _is_allowed_target(target) -> bool:
 def check_data_dependent_bindings(nodes: list[fx.Node], fail) -> None:
     """Every data-dependent symbol (u0, ...) a size computation or a check uses is bound
     earlier in the graph: by the node that reads it (`item`, `_local_scalar_dense`) or by
-    `sym_size` of the tensor whose size it is. Otherwise the graph cannot compute it."""
+    `sym_size` of the tensor whose size it is, or, in a control-flow subgraph, a placeholder:
+    an operand the enclosing graph computed (a size, or a tensor of that size). Otherwise the
+    graph cannot compute it."""
     bound: set[str] = set()
     for node in nodes:
+        if node.op == "placeholder":
+            val = node.meta.get("val")
+            sizes = tuple(val.shape) if isinstance(val, torch.Tensor) else (val,)
+            bound |= set().union(*(_unbacked_names(s) for s in sizes))
         if node.op != "call_function":
             continue
         val = node.meta.get("val")
