@@ -149,9 +149,15 @@ def _check_nodes(module: fx.GraphModule, where: str, dialect: str) -> None:
     """The rules every graph obeys, the program's and each subgraph's (recursively)."""
     nodes = list(module.graph.nodes)
     members = set(nodes)
+    defined: set[fx.Node] = set()
     if not nodes or nodes[-1].op != "output" or sum(n.op == "output" for n in nodes) != 1:
         _fail(None, f"{where} must end with exactly one output node")
     for node in nodes:
+        later = [arg for arg in node.all_input_nodes if arg in members and arg not in defined]
+        if later:
+            _fail(node, f"its argument {later[0].name} is computed after it: nodes must come in the order "
+                        "they are computed")
+        defined.add(node)
         strangers = [user for user in node.users if user not in members]
         if strangers:
             _fail(node, f"its users include {strangers[0].name}, which is not in the graph: a value leaked "
