@@ -9,6 +9,7 @@ from __future__ import annotations
 import pytest
 import torch
 import torch.nn.functional as F
+from torch._higher_order_ops.scan import scan
 
 import graphport as gp
 
@@ -172,3 +173,25 @@ def test_branch_using_a_data_dependent_size_passed_as_an_operand(fn):
     ep = gp.export(fn, (torch.randn(8),), dynamic_shapes=spec)
     for x in (torch.randn(8), torch.ones(8), -torch.ones(8), torch.randn(0), torch.randn(3), torch.randn(16)):
         _same_as_eager(fn, ep, x)
+
+
+def scan_from_a_transposed_row(x):
+    rows = x.transpose(1, 2)
+    return scan(lambda c, row: (c + row, c * 2), torch.zeros_like(rows.select(0, 0)), rows, dim=0)[1]
+
+
+def test_scan_refuses_the_size_one_carry_eager_rejects():
+    """At x.shape[1] = 1 eager's zeros_like keeps the row's strides (1, 2) while the carry is
+    laid out (1, 1), and torch's scan raises on the mismatch; the meta kernels lay the
+    initial value out (1, 1) too, so the exported program answered there."""
+    ep = gp.export(scan_from_a_transposed_row, (torch.randn(3, 2, 2),),
+                   dynamic_shapes=({1: gp.Dim("n", min=0, max=16)},))
+    for n in (2, 3, 16):
+        _same_as_eager(scan_from_a_transposed_row, ep, torch.randn(3, n, 2))
+    for n in (0, 1):
+        with pytest.raises(Exception, match="same metadata"):
+            scan_from_a_transposed_row(torch.randn(3, n, 2))
+        with pytest.raises(gp.InputMismatchError, match="the program fails there: scan"):
+            ep.module()(torch.randn(3, n, 2))
+    with pytest.raises(gp.OperatorError, match="same metadata"):
+        gp.export(scan_from_a_transposed_row, (torch.randn(3, 1, 2),))

@@ -21,7 +21,7 @@ from ..ops.views import ViewInverseMismatch, ViewWriteError, addresses_base_stor
 from . import example_answers
 from ..values import DEVICE_KEY
 from .data_dependent import mask_index, rules as data_dependent_rules, truth
-from .eager_check import outside_storage, runs_at_the_example
+from .eager_check import outside_storage, runs_at_the_example, with_eager_like_strides
 from . import custom_ops
 from .environment import register_higher_order_rules
 from .grad import as_eager_requires
@@ -219,7 +219,7 @@ class CaptureMode(_torch.TorchDispatchMode):
                 out = self.metadata_by_decomposition(func, META_BY_DECOMPOSITION[func], args, kwargs)
             if out is not None:
                 return out
-        return func(*meta_args, **meta_kwargs)
+        return with_eager_like_strides(func, meta_args, meta_kwargs, func(*meta_args, **meta_kwargs))
 
     # -- recording ------------------------------------------------------------------------
 
