@@ -46,8 +46,8 @@ def main(argv=None):
     by_sig = collections.defaultdict(list)        # signature -> [(program, finding)]
     side_by_side = {"graphport": collections.Counter(), "torch.export": collections.Counter()}
     bug_programs = collections.Counter()
-    rank = ["ok", "refused", "refused-at-call", "wrong", "answers-where-eager-raises",
-            "crash-at-call", "hang-at-call", "crash", "hang"]
+    rank = ["ok", "refused", "refused-at-call", "false-claim", "false-claim-at-call", "wrong",
+            "answers-where-eager-raises", "crash-at-call", "hang-at-call", "crash", "hang"]
     for i in range(args.programs):
         seed = args.seed * 1_000_003 + i
         prog = generate(seed, max_steps=args.max_steps, grammar=args.grammar)
@@ -64,7 +64,7 @@ def main(argv=None):
             program_outcome[(mode, worst)] += 1
         for f in fs:
             if f.sizes is not None or f.mode == "static":
-                if f.outcome not in ("exported", "refused", "crash", "hang"):
+                if f.outcome not in ("exported", "refused", "false-claim", "crash", "hang"):
                     size_outcome[(f.mode, f.outcome)] += 1
             if f.outcome == "refused":
                 refusals[(f.mode, f.exc_type, f.message[:100])] += 1
@@ -135,7 +135,7 @@ def main(argv=None):
 def _tally(counter, findings) -> None:
     """Exports and calls by outcome: `export: exported|refused|crash|hang`, `call: <outcome>`."""
     for f in findings:
-        where = "export" if f.outcome in ("exported", "refused", "crash", "hang") else "call"
+        where = "export" if f.outcome in ("exported", "refused", "false-claim", "crash", "hang") else "call"
         counter[f"{where}: {f.outcome}"] += 1
 
 

@@ -474,7 +474,22 @@ def generate(seed: int, max_steps: int = 8, grammar: str = "views") -> Program:
 # ----------------------------------------------------------------------------------------------
 
 OK_OUTCOMES = {"ok", "refused", "refused-at-call", "both-raise"}
-BUG_OUTCOMES = {"crash", "hang", "crash-at-call", "hang-at-call", "answers-where-eager-raises", "wrong"}
+BUG_OUTCOMES = {"crash", "hang", "crash-at-call", "hang-at-call", "answers-where-eager-raises", "wrong",
+                "false-claim", "false-claim-at-call"}
+# What a refusal says when it claims eager fails too: at export (the example, which eager ran
+# when the program was generated), or at call for the sizes it names.
+_EAGER_FAILS_CLAIMS = ("fails the same way in eager", "the program fails there")
+
+
+def _claims_eager_fails(error: BaseException, sizes: dict | None = None) -> bool:
+    """Whether `error` says eager fails at the example (sizes None) or at `sizes`."""
+    text = str(error)
+    if not any(claim in text for claim in _EAGER_FAILS_CLAIMS):
+        return False
+    if sizes is None:
+        return True
+    named = re.findall(r"\bat ((?:\w+ = -?\d+(?:, )?)+), the program fails there", text)
+    return any(all(sizes.get(k) == int(v) for k, v in re.findall(r"(\w+) = (-?\d+)", claim)) for claim in named)
 
 
 class _Timeout(BaseException):
@@ -594,8 +609,8 @@ def size_sweep(prog: Program, rng: random.Random, max_points: int = 14):
 
 def _is_refusal(error: BaseException, exporter: str) -> bool:
     """An error of the exporter's own, saying no (a refused input, an unsupported program)."""
-    if exporter == "graphport":
-        return isinstance(error, gp.GraphportError)
+    if exporter == "graphport":   # an InternalError is graphport's bug, not a refusal
+        return isinstance(error, gp.GraphportError) and not isinstance(error, gp.InternalError)
     text = str(error)   # torch.export: its input guards, its user errors
     return (type(error).__module__.startswith("torch._dynamo") or "Expected input" in text or "Guard failed" in text
             or "Constraints violated" in text or type(error).__name__ in ("UserError", "Unsupported"))
@@ -624,6 +639,8 @@ def _run_at(prog: Program, f, ep, sizes, mode, call_timeout=10, exporter="graphp
         if eager_exc is not None:
             return Finding(mode, "both-raise", sizes, et, _first_line(e))
         if _is_refusal(e, exporter):
+            if exporter == "graphport" and _claims_eager_fails(e, sizes or {}):
+                return Finding(mode, "false-claim-at-call", sizes, et, _first_line(e), str(e)[:400])
             return Finding(mode, "refused-at-call", sizes, et, _first_line(e))
         return Finding(mode, "crash-at-call", sizes, et, _first_line(e), _where(e))
     if eager_exc is not None:
@@ -685,7 +702,9 @@ def check_program(prog: Program, modes=("static", "dynamic"), export_timeout=20,
                 continue
             except Exception as e:  # noqa: BLE001
                 et = type(e).__name__
-                if _is_refusal(e, exporter):
+                if _is_refusal(e, exporter) and exporter == "graphport" and _claims_eager_fails(e):
+                    findings.append(Finding(mode, "false-claim", None, et, _first_line(e), str(e)[:400]))
+                elif _is_refusal(e, exporter):
                     findings.append(Finding(mode, "refused", None, et, _first_line(e)))
                 else:
                     findings.append(Finding(mode, "crash", None, et, _first_line(e), _where(e)))

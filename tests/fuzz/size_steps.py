@@ -26,7 +26,7 @@ NEAR = [   # two ways to write one real number, which doubles may round apart
 ]
 COMPARE = ["<", "<=", "==", "!=", ">", ">="]
 FAMILIES = ["float_scale", "float_branch", "int_of_float", "int_arith", "dtype", "mask", "item", "cond",
-            "cond_float", "map", "scan", "write_input", "random"]
+            "cond_float", "cond_sizes", "map", "scan", "write_input", "scatter", "sym_ops", "random"]
 
 
 class SizeSteps:
@@ -113,19 +113,71 @@ class SizeSteps:
         return "cond_float", (f"torch.cond({n} > {r.randint(1, 4)}, lambda a: a * ((a.shape[{d}] + 1) ** -0.5), "
                               f"lambda a: a + 1, ({v},))")
 
+    def _cond_sizes(self, v, t, d, n):
+        """A cond whose predicate, operands or branches reach sizes other statements use too:
+        a data-dependent size, a nested cond, floats and minima of sizes inside a branch."""
+        r = self.rng
+        m = r.choice([f"{v}[{v} > 0]", f"{v}.flatten()[{v}.flatten() > 0]", f"{v}.flatten()"])
+        pred = r.choice([f"{n} > {r.randint(1, 4)}", f"m.shape[0] > {r.randint(0, 3)}", f"m.shape[0] < {n}",
+                         f"{n} * 0.5 > 1"])
+        inner = r.choice(["a * 2", "a * torch.sym_float(a.shape[0])", "a * min(a.shape[0], m.shape[0])",
+                          f"a + (m.shape[0] > {n})",
+                          f"torch.cond(a.shape[0] > 3, lambda b: b * b.shape[0], lambda b: b - 1, (a,))"])
+        use = r.choice(["", " + m.shape[0]", " * torch.sym_float(m.shape[0])", f" + min(m.shape[0], {n})",
+                        f" + (m.shape[0] > {n})"])
+        return "cond_sizes", (f"(lambda m: torch.cond({pred}, lambda a: {inner}, lambda a: a - m.shape[0], ({v},))"
+                              f"{use})({m})")
+
     def _map(self, v, t, d, n):
-        return "map", f"control_flow.map(lambda row: row * 2 + row.shape[0], {v})"
+        r = self.rng
+        body = r.choice(["row * 2 + row.shape[0]", "row * torch.sym_float(row.shape[-1])", "row.flip(0) + 1",
+                         "row.cumsum(-1)"])
+        return "map", f"control_flow.map(lambda row: {body}, {v})"
 
     def _scan(self, v, t, d, n):
-        return "scan", f"scan(lambda c, row: (c + row, c * 2), torch.zeros_like({v}[0]), {v})[1]"
+        """scan over a dimension (the last one too, where a size-1 dimension meets broadcasting),
+        with a carry that broadcasts against the rows."""
+        r = self.rng
+        dim = r.choice([0, 0, d])
+        row = f"{v}.select({dim}, 0)"
+        init = r.choice([f"torch.zeros_like({row})", f"{row}.clone()", f"{row}.sum(0, keepdim=True) * 0",
+                         f"{row}.new_zeros(1)", f"{row}.new_zeros(())"])
+        body = r.choice(["(c + row, c * 2)", "(c * 0.5 + row, row - c)", "(c + row.sum(0, keepdim=True), row)",
+                         "((c + row).amax(0, keepdim=True), c + row)", "(c + row, c + row.shape[0])"])
+        reverse = r.choice(["", ", reverse=True"])
+        return "scan", f"scan(lambda c, row: {body}, {init}, {v}, dim={dim}{reverse})[{r.choice([0, 1])}]"
 
     # -- writes and random operators ------------------------------------------------------------
 
     def _write_input(self, v, t, d, n):
         r = self.rng
         src = r.choice(["x0.add_(1)", "x0.mul_(x0.shape[0] * 0.5)", "x0[x0 > 0] = 0", "x0.clamp_(min=-0.5)",
-                        "x0.copy_(x0 * 2)"])
+                        "x0.copy_(x0 * 2)",
+                        "x0.view(-1).as_strided((2,), (1,), 0).mul_(2)", "x0.as_strided((1,), (1,), 0).add_(1)",
+                        "x0.view(-1)[:x0.shape[0]].add_(1)"])
         return "write_input", src, None
+
+    def _scatter(self, v, t, d, n):
+        r = self.rng
+        target = r.choice([v, f"{v}.clone()", f"{v}.contiguous()"])
+        index = r.choice([f"torch.zeros_like({v}, dtype=torch.long)", f"{v}.argsort(dim={d})",
+                          f"{v}.argsort(dim={d}).narrow({d}, 0, min(1, {n}))"])
+        op = r.choice([f"scatter_({d}, {index}, 1.0)", f"scatter_add_({d}, {index}, {v})",
+                       f"scatter_reduce_({d}, {index}, {v}, 'amax')"])
+        if target in ("x0", "x1"):   # an input written in place
+            return "scatter", f"{target}.{op}", None
+        return "scatter", f"{target}.{op} * {n}"
+
+    def _sym_ops(self, v, t, d, n):
+        """Sizes combined with torch's symbolic helpers, data-dependent sizes included."""
+        r = self.rng
+        other = r.choice([f"{v}[{v} > 0].shape[0]", f"{v}.nonzero().shape[0]", "x0.shape[0]", f"{n} + 1"])
+        size = r.choice([f"torch.sym_min({n}, {other})", f"torch.sym_max({n}, {other})",
+                         f"min({n}, {other})", f"{other} // 2 + {n} % 3"])
+        return "sym_ops", r.choice([f"{v}.new_ones({size}) * torch.sym_float({other})",
+                                    f"{v}.flatten()[:{size}] + ({other} > {n})",
+                                    f"{v} * (torch.sym_float({size}) + 0.5)",
+                                    f"torch.arange({size}, dtype={v}.dtype) * {v}.sum()"])
 
     def _random(self, v, t, d, n):
         r = self.rng

@@ -42,3 +42,27 @@ def test_rejects_placeholders_out_of_signature_order():
     ep.graph_signature.input_specs.reverse()
     with pytest.raises(gp.InternalError, match="placeholders must match"):
         gp.verify(ep)
+
+
+def test_rejects_a_node_before_its_argument():
+    """A size node moved after its user: `ep.module()` then fails with a KeyError on the
+    node, so the verifier must say so first."""
+    def fn(x):
+        return x.new_zeros(x.shape[0] * 2) + 1
+
+    ep = gp.export(fn, (torch.randn(4),), dynamic_shapes=({0: gp.Dim("n", max=16)},))
+    size = next(n for n in ep.graph.nodes if n.target is torch.ops.aten.sym_size.int)
+    user = next(iter(size.users))
+    user.append(size)   # size now comes right after its first user
+    with pytest.raises(gp.InternalError, match=r"argument sym_size is computed after it"):
+        gp.verify(ep)
+
+
+def test_subgraph_placeholders_bind_data_dependent_sizes():
+    """A branch receives a data-dependent size as an operand: its placeholder binds u0."""
+    def fn(x):
+        positive = x[x > 0]
+        return torch.cond(positive.shape[0] > 3, lambda t: t * torch.sym_float(t.shape[0]), lambda t: t + 1,
+                          (positive,))
+
+    gp.verify(gp.export(fn, (torch.randn(8),)))

@@ -9,6 +9,7 @@ from __future__ import annotations
 import pytest
 import torch
 import torch.nn.functional as F
+from torch._higher_order_ops.scan import scan
 
 import graphport as gp
 
@@ -126,3 +127,71 @@ def test_training_batch_norm_of_an_empty_batch():
     theirs = dict(reference.named_buffers())
     for name, buffer in module.named_buffers():
         torch.testing.assert_close(buffer, theirs[name], msg=name)
+
+
+def write_through_strided_window(x):
+    x.view(-1).as_strided((2,), (1,), 0).mul_(2)
+    return x
+
+
+def test_write_through_as_strided_window_past_an_empty_storage():
+    """At x.shape[0] = 0 the window of two elements lies past the end of the input's storage:
+    eager's as_strided raises, meta tensors do not check it, and the write-back's
+    as_strided_scatter raised instead, an InternalError at export. Now the pinned trace fails
+    as eager does, and the size 0 is refused at call with eager's reason."""
+    ep = gp.export(write_through_strided_window, (torch.randn(4, 3),),
+                   dynamic_shapes=({0: gp.Dim("n", min=0, max=16)},))
+    for n in (1, 2, 4, 16):
+        _same_as_eager(write_through_strided_window, ep, torch.randn(n, 3))
+    with pytest.raises(RuntimeError, match="out of bounds for storage"):
+        write_through_strided_window(torch.randn(0, 3))
+    with pytest.raises(gp.InputMismatchError, match="out of bounds for storage"):
+        ep.module()(torch.randn(0, 3))
+
+
+def test_as_strided_past_the_storage_at_a_static_size_is_eagers_error():
+    with pytest.raises(gp.OperatorError, match="out of bounds for storage of size 0"):
+        gp.export(write_through_strided_window, (torch.randn(0, 3),))
+
+
+def cond_on_a_data_dependent_size(x):
+    positive = x[x > 0]
+    return torch.cond(positive.shape[0] > 3, lambda t: t * torch.sym_float(t.shape[0]), lambda t: t + 1, (positive,))
+
+
+def cond_with_a_size_float_on_a_data_dependent_operand(x):
+    positive = x[x > 0]
+    return torch.cond(x.shape[0] > 3, lambda t: t * ((t.shape[0] + 1) ** -0.5), lambda t: t + 1, (positive,))
+
+
+@pytest.mark.parametrize("fn", [cond_on_a_data_dependent_size, cond_with_a_size_float_on_a_data_dependent_operand])
+def test_branch_using_a_data_dependent_size_passed_as_an_operand(fn):
+    """The size of a data-dependent operand reaches a branch as an operand of its own, a
+    placeholder of the branch: the verifier took it for a use of u0 before any binding
+    (InternalError "IR contract violated by node 'sym_float'")."""
+    spec = ({0: gp.Dim("n", min=0, max=16)},)
+    ep = gp.export(fn, (torch.randn(8),), dynamic_shapes=spec)
+    for x in (torch.randn(8), torch.ones(8), -torch.ones(8), torch.randn(0), torch.randn(3), torch.randn(16)):
+        _same_as_eager(fn, ep, x)
+
+
+def scan_from_a_transposed_row(x):
+    rows = x.transpose(1, 2)
+    return scan(lambda c, row: (c + row, c * 2), torch.zeros_like(rows.select(0, 0)), rows, dim=0)[1]
+
+
+def test_scan_refuses_the_size_one_carry_eager_rejects():
+    """At x.shape[1] = 1 eager's zeros_like keeps the row's strides (1, 2) while the carry is
+    laid out (1, 1), and torch's scan raises on the mismatch; the meta kernels lay the
+    initial value out (1, 1) too, so the exported program answered there."""
+    ep = gp.export(scan_from_a_transposed_row, (torch.randn(3, 2, 2),),
+                   dynamic_shapes=({1: gp.Dim("n", min=0, max=16)},))
+    for n in (2, 3, 16):
+        _same_as_eager(scan_from_a_transposed_row, ep, torch.randn(3, n, 2))
+    for n in (0, 1):
+        with pytest.raises(Exception, match="same metadata"):
+            scan_from_a_transposed_row(torch.randn(3, n, 2))
+        with pytest.raises(gp.InputMismatchError, match="the program fails there: scan"):
+            ep.module()(torch.randn(3, n, 2))
+    with pytest.raises(gp.OperatorError, match="same metadata"):
+        gp.export(scan_from_a_transposed_row, (torch.randn(3, 1, 2),))

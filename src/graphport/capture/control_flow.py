@@ -25,7 +25,7 @@ import torch
 import torch.fx as fx
 
 from .. import _torch
-from ..errors import ControlFlowError
+from ..errors import ControlFlowError, OperatorError
 from ..ops.kinds import Kind, op_info
 from ..shapes.expr import bounds
 from . import data_dependent
@@ -220,6 +220,7 @@ def capture_scan(mode, combine_fn: Callable, init: list, xs: list, additional: t
              + [TracerTensor(_slice_meta(t), t.device, rec.graph_arg(t).name) for t in xs] + additional)
     body = trace_subgraph(mode, "scan combine_fn", combine_fn, inner, outer, lambda f, args: f(*args))
     _check_carried(rec, body, init, "scan combine_fn")
+    _check_carried_strides(body, init)
     lifted = list(body.lifted)
     attr = _attach(rec, "scan_combine_graph", finish_subgraph(body, lifted, rec))
     length = xs[0].shape[0]
@@ -260,6 +261,27 @@ def _check_carried(rec, body: Subgraph, carried: list, what: str) -> None:
                 "a loop must carry values of one shape and dtype",
                 fix="keep each carried value's shape and dtype (convert with .to(dtype), pad or slice to the "
                     "carried shape), or collect growing results outside the loop")
+
+
+def _check_carried_strides(body: Subgraph, init: list) -> None:
+    """torch's scan also requires each new carry to have the strides of a clone of its initial
+    value, and raises otherwise. At a size-1 dimension the two can differ where they agree at
+    larger sizes (a pointwise result is laid out contiguously there, a clone keeps the
+    initial value's strides), so eager raises at that size only. Checked where the layouts
+    are concrete: a static capture, and the traces at pinned small sizes, which then refuse
+    that size as eager does."""
+    for i, (new, old) in enumerate(zip(body.outputs, init)):
+        layout = (*old.shape, *old.stride(), *new.stride())
+        if not all(type(v) is int for v in layout):
+            continue
+        expected = torch.empty_strided(old.shape, old.stride(), dtype=old.dtype, device="meta").clone().stride()
+        if tuple(new.stride()) != tuple(expected):
+            raise OperatorError(
+                f"scan: the combine_fn ({body.where}) returns carried value {i} with strides {tuple(new.stride())} "
+                f"where its initial value (cloned) has strides {tuple(expected)}, at sizes {tuple(old.shape)}; "
+                "torch's scan requires init and carry to have the same metadata",
+                fix="this call fails the same way in eager PyTorch; make the carried value contiguous in both "
+                    "places (init.contiguous() and a .contiguous() result in combine_fn)")
 
 
 def _copy_meta(meta: torch.Tensor) -> torch.Tensor:

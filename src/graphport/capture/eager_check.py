@@ -52,3 +52,65 @@ def runs_at_the_example(func, meta_args: tuple, meta_kwargs: dict) -> bool | Non
     except (RuntimeError, ValueError, TypeError, IndexError, NotImplementedError):
         return False
     return True
+
+
+def outside_storage(func, meta_args: tuple, meta_kwargs: dict) -> str | None:
+    """Eager's error where `as_strided` asks for a window past the end of its base's storage,
+    which meta tensors do not check: the sizes must be concrete (a trace at pinned sizes, a
+    static capture) for the answer to be eager's; otherwise None."""
+    if func is not torch.ops.aten.as_strided.default:
+        return None
+    base, sizes, strides = meta_args[:3]
+    offset = meta_args[3] if len(meta_args) > 3 else meta_kwargs.get("storage_offset")
+    if offset is None:
+        offset = base.storage_offset()
+    try:
+        storage_bytes = base.untyped_storage().nbytes()
+    except (RuntimeError, NotImplementedError):
+        return None
+    values = [storage_bytes, offset, *sizes, *strides]
+    if not all(type(v) is int for v in values):
+        return None
+    if 0 in sizes:
+        return None
+    needed = (offset + 1 + sum((n - 1) * s for n, s in zip(sizes, strides))) * base.element_size()
+    if needed <= storage_bytes:
+        return None
+    return (f"setStorage: sizes {list(sizes)}, strides {list(strides)}, storage offset {offset}, and itemsize "
+            f"{base.element_size()} requiring a storage size of {needed} are out of bounds for storage of size "
+            f"{storage_bytes}")
+
+
+_LIKE = frozenset({torch.ops.aten.empty_like.default, torch.ops.aten.zeros_like.default,
+                   torch.ops.aten.ones_like.default, torch.ops.aten.full_like.default,
+                   torch.ops.aten.rand_like.default, torch.ops.aten.randn_like.default})
+
+
+def with_eager_like_strides(func, meta_args: tuple, meta_kwargs: dict, out: Any) -> Any:
+    """`out` with the strides eager gives a `*_like` result. Eager's kernels keep the input's
+    strides whenever it is non-overlapping and dense; the meta kernels recompute them and lay
+    size-1 dimensions out contiguously, so the two disagree there (a transposed row of width
+    1). torch's scan compares carried strides, so the difference decides whether eager raises.
+    Corrected where the layout is concrete (static captures, traces at pinned sizes)."""
+    if func not in _LIKE or not isinstance(out, torch.Tensor) or not meta_args:
+        return out
+    source = meta_args[0]
+    if meta_kwargs.get("memory_format", torch.preserve_format) is not torch.preserve_format:
+        return out
+    layout = (*source.shape, *source.stride())
+    if not all(type(v) is int for v in layout) or tuple(out.stride()) == tuple(source.stride()):
+        return out
+    if not _non_overlapping_and_dense(source.shape, source.stride()):
+        return out
+    return torch.empty_strided(source.shape, source.stride(), dtype=out.dtype, device=out.device)
+
+
+def _non_overlapping_and_dense(shape, strides) -> bool:
+    """c10's rule on concrete sizes: the dimensions of size 2 or more, ordered by stride, tile
+    the memory with no gap or overlap; dimensions of size 0 and 1 do not count."""
+    required = 1
+    for size, stride in sorted(((n, s) for n, s in zip(shape, strides) if n >= 2), key=lambda ns: ns[1]):
+        if stride != required:
+            return False
+        required *= size
+    return True

@@ -21,7 +21,7 @@ from ..ops.views import ViewInverseMismatch, ViewWriteError, addresses_base_stor
 from . import example_answers
 from ..values import DEVICE_KEY
 from .data_dependent import mask_index, rules as data_dependent_rules, truth
-from .eager_check import runs_at_the_example
+from .eager_check import outside_storage, runs_at_the_example, with_eager_like_strides
 from . import custom_ops
 from .environment import register_higher_order_rules
 from .grad import as_eager_requires
@@ -187,6 +187,11 @@ class CaptureMode(_torch.TorchDispatchMode):
         meta_args, meta_kwargs = map_args(self._meta, (args, kwargs))
         try:
             if not cache:
+                out_of_bounds = outside_storage(func, meta_args, meta_kwargs)
+                if out_of_bounds is not None:
+                    raise OperatorError(f"{func.name()} failed: {out_of_bounds}",
+                                        fix="this call fails the same way in eager PyTorch; check the sizes, strides "
+                                            "and offset it is given against the tensor's storage")
                 found = view_meta(func, meta_args, meta_kwargs) if _symbolic(meta_args) else None
                 return found if found is not None else func(*meta_args, **meta_kwargs)
             if custom_ops.is_custom(func):
@@ -214,7 +219,7 @@ class CaptureMode(_torch.TorchDispatchMode):
                 out = self.metadata_by_decomposition(func, META_BY_DECOMPOSITION[func], args, kwargs)
             if out is not None:
                 return out
-        return func(*meta_args, **meta_kwargs)
+        return with_eager_like_strides(func, meta_args, meta_kwargs, func(*meta_args, **meta_kwargs))
 
     # -- recording ------------------------------------------------------------------------
 

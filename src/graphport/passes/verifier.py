@@ -47,9 +47,15 @@ def _is_allowed_target(target) -> bool:
 def check_data_dependent_bindings(nodes: list[fx.Node], fail) -> None:
     """Every data-dependent symbol (u0, ...) a size computation or a check uses is bound
     earlier in the graph: by the node that reads it (`item`, `_local_scalar_dense`) or by
-    `sym_size` of the tensor whose size it is. Otherwise the graph cannot compute it."""
+    `sym_size` of the tensor whose size it is, or, in a control-flow subgraph, a placeholder:
+    an operand the enclosing graph computed (a size, or a tensor of that size). Otherwise the
+    graph cannot compute it."""
     bound: set[str] = set()
     for node in nodes:
+        if node.op == "placeholder":
+            val = node.meta.get("val")
+            sizes = tuple(val.shape) if isinstance(val, torch.Tensor) else (val,)
+            bound |= set().union(*(_unbacked_names(s) for s in sizes))
         if node.op != "call_function":
             continue
         val = node.meta.get("val")
@@ -147,9 +153,15 @@ def _check_nodes(module: fx.GraphModule, where: str, dialect: str) -> None:
     """The rules every graph obeys, the program's and each subgraph's (recursively)."""
     nodes = list(module.graph.nodes)
     members = set(nodes)
+    defined: set[fx.Node] = set()
     if not nodes or nodes[-1].op != "output" or sum(n.op == "output" for n in nodes) != 1:
         _fail(None, f"{where} must end with exactly one output node")
     for node in nodes:
+        later = [arg for arg in node.all_input_nodes if arg in members and arg not in defined]
+        if later:
+            _fail(node, f"its argument {later[0].name} is computed after it: nodes must come in the order "
+                        "they are computed")
+        defined.add(node)
         strangers = [user for user in node.users if user not in members]
         if strangers:
             _fail(node, f"its users include {strangers[0].name}, which is not in the graph: a value leaked "
