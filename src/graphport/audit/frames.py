@@ -115,10 +115,11 @@ def _inert(value) -> bool:
     t = type(value)
     if t in _INERT:
         return True
-    if t is tuple or t is list:
-        return all(_inert(v) for v in value)
-    if t is dict:
-        return all(_inert(v) for v in value.values())
+    if t is tuple or t is list or t is dict:
+        for v in value.values() if t is dict else value:
+            if type(v) not in _INERT and not _inert(v):
+                return False
+        return True
     if t is slice:
         return _inert(value.start) and _inert(value.stop) and _inert(value.step)
     if isinstance(value, torch.Tensor):
