@@ -5,12 +5,14 @@ such as transformers counts as user code: it is what the user asked us to captur
 """
 from __future__ import annotations
 
+import functools
 import importlib.util
 import linecache
 import os
 import sys
 from dataclasses import dataclass
 from types import CodeType, FrameType
+from typing import Callable
 
 # torch's directory, found without importing torch, so that errors (and with them the
 # command line's argument checks) load in milliseconds
@@ -108,10 +110,13 @@ def user_stack(stop_at: FrameType | None = None) -> tuple[SourceLocation, ...]:
     """
     locations = []
     fallback = None
+    kinds = _kinds
     frame = sys._getframe(1)
     while frame is not None and frame is not stop_at:
         code = frame.f_code
-        kind = _kind(code)
+        kind = kinds.get(code)   # the cache read inline: this loop runs for every frame of every node
+        if kind is None:
+            kind = _kind(code)
         if kind == _USER:
             locations.append(_location(code, frame.f_lineno))
         elif fallback is None and kind == _INTERNAL_NN:
@@ -126,6 +131,13 @@ def user_stack(stop_at: FrameType | None = None) -> tuple[SourceLocation, ...]:
 def format_stack_trace(stack: tuple[SourceLocation, ...]) -> str:
     """The `stack_trace` node metadata string, in the traceback layout torch tools parse."""
     return "\n".join(f'  File "{loc.filename}", line {loc.lineno}, in {loc.function}\n    {loc.code}' for loc in stack)
+
+
+def stack_trace_formatter() -> Callable[[tuple[SourceLocation, ...]], str]:
+    """format_stack_trace remembering its answers, for one graph's nodes: a layer's nodes
+    repeat the same few stacks (kept per graph, so a source file edited between two exports
+    is read again)."""
+    return functools.lru_cache(maxsize=None)(format_stack_trace)
 
 
 def location_in_traceback(tb) -> SourceLocation | None:

@@ -178,3 +178,61 @@ def test_other_threads_running_modules_during_export_are_not_hooked():
         stop.set()
         worker.join()
     assert hooks_seen == [(None, None)]
+
+
+INDEXED: list = []
+
+
+class Probability(float):
+    """An argument torch's own Python calls back into: its comparison is the user's code,
+    with an effect (F.dropout checks `p < 0.0` after handing the call to capture)."""
+
+    def __lt__(self, other):
+        INDEXED.append(1)
+        return float(self) < other
+
+
+class DropsOut(torch.nn.Module):
+    def forward(self, x):
+        return torch.nn.functional.dropout(x, Probability(0.25), training=False) * 2
+
+
+class MarkedTensor(torch.Tensor):
+    """A tensor class defined in the user's files."""
+
+
+class UserHelpers(torch.nn.Module):
+    def forward(self, x):
+        y = torch.nn.functional.relu(x)   # a torch call the audit sleeps through
+        INDEXED.append(y.shape[0])        # the hooks are back for the next line
+        return y
+
+
+def test_effects_inside_torch_calls_are_still_found():
+    """The audit's hooks are off while capture handles a torch call that cannot run user code;
+    an argument torch calls back into keeps them on, and they are back after every call."""
+    INDEXED.clear()
+    with pytest.warns(gp.PythonEffectWarning):
+        ep = gp.export(DropsOut(), (torch.randn(4, 3),))
+    assert INDEXED == [1]
+    assert [e.kind for e in ep.python_effects if e.refused_by_strict] and \
+        all(e.location.filename == __file__ for e in ep.python_effects)
+    INDEXED.clear()
+    with pytest.warns(gp.PythonEffectWarning):
+        ep = gp.export(UserHelpers(), (torch.randn(4, 3),))
+    assert INDEXED == [4] and any(e.location.lineno == UserHelpers.forward.__code__.co_firstlineno + 2
+                                  for e in ep.python_effects if e.refused_by_strict)
+    assert sys.getprofile() is None and sys.gettrace() is None
+
+
+def test_which_torch_calls_cannot_run_user_code():
+    from graphport.audit.frames import runs_no_user_code
+    x = torch.randn(2)
+    assert runs_no_user_code(torch.add, (x, x), {"alpha": 2})
+    assert runs_no_user_code(torch.Tensor.view, (x, [1, 2]), None)
+    assert runs_no_user_code(torch.nn.functional.relu, (x,), {"inplace": False})   # torch's Python
+    assert runs_no_user_code(torch.Tensor.__getitem__, (x, (slice(0, 1), Ellipsis, None)), None)
+    assert not runs_no_user_code(torch.nn.functional.dropout, (x, Probability(0.25)), None)
+    assert not runs_no_user_code(torch.add, (x.as_subclass(MarkedTensor), x), None)
+    assert not runs_no_user_code(torch.cond, (True, lambda t: t, lambda t: t, (x,)), None)
+    assert not runs_no_user_code(DropsOut().forward, (x,), None)

@@ -59,10 +59,12 @@ def builtin_effect(fn) -> tuple[str, str, object] | None:
         return report.CONTAINER, f"calls .{name} on a {type(owner).__name__}", owner
     if isinstance(owner, random.Random):
         return report.RANDOM, f"draws from Python's random generator (random.{name})", None
-    if isinstance(owner, io.IOBase) or owner in (sys.stdout, sys.stderr):
+    # identity, not `in`: `==` would run the owner's own comparison (a tensor's is an operator call)
+    standard = owner is sys.stdout or owner is sys.stderr
+    if standard or isinstance(owner, io.IOBase):
         what = "writes to" if "write" in name or name == "flush" else "uses"
         stream = "standard output" if owner is sys.stdout else "standard error" if owner is sys.stderr else "a file"
-        return (report.OUTPUT if owner in (sys.stdout, sys.stderr) else report.IO), f"{what} {stream} (.{name})", None
+        return (report.OUTPUT if standard else report.IO), f"{what} {stream} (.{name})", None
     if isinstance(owner, socket.socket):
         return report.NETWORK, f"uses a socket (.{name})", None
     module = type(owner).__module__ or ""

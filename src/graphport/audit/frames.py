@@ -11,7 +11,9 @@ user's line.
 from __future__ import annotations
 
 import os
+import sys
 import sysconfig
+import types
 from types import CodeType, FrameType
 
 import torch
@@ -84,3 +86,51 @@ def is_user_callable(fn) -> bool:
     """Whether calling `fn` (a function or an nn.Module's forward) runs user code."""
     code = getattr(getattr(fn, "__func__", fn), "__code__", None)
     return code is not None and kind(code) in (USER, GENERATED)
+
+
+# Callables implemented in C (torch's operators and Tensor methods): they run no Python of their own.
+_C_CALLABLES = (types.BuiltinFunctionType, types.MethodDescriptorType, types.WrapperDescriptorType,
+                types.MethodWrapperType, types.ClassMethodDescriptorType)
+# Values whose use by torch's own code cannot call back into Python the user wrote.
+_INERT = frozenset({type(None), bool, int, float, complex, str, torch.dtype, torch.device, torch.layout,
+                    torch.memory_format, torch.Size, torch.SymInt, torch.SymFloat, torch.SymBool, type(Ellipsis)})
+_class_kinds: dict[type, int] = {}
+
+
+def runs_no_user_code(func, args: tuple, kwargs: dict | None) -> bool:
+    """Whether calling `func(*args, **kwargs)` cannot run user code: `func` is implemented in C
+    or in torch's, graphport's or an installed library's Python, and every argument is a plain
+    value, a tensor of a class defined outside the user's files, or a tuple, list or dict of
+    those. A callable, a module or any other object among the arguments (torch.cond's
+    branches, an autograd.Function, a user's tensor subclass, an object with `__index__`)
+    says no."""
+    if not isinstance(func, _C_CALLABLES):
+        code = getattr(func, "__code__", None)
+        if type(func) is not types.FunctionType or code is None or kind(code) != OTHER:
+            return False
+    return _inert(args) and (not kwargs or _inert(kwargs))
+
+
+def _inert(value) -> bool:
+    t = type(value)
+    if t in _INERT:
+        return True
+    if t is tuple or t is list or t is dict:
+        for v in value.values() if t is dict else value:
+            if type(v) not in _INERT and not _inert(v):
+                return False
+        return True
+    if t is slice:
+        return _inert(value.start) and _inert(value.stop) and _inert(value.step)
+    if isinstance(value, torch.Tensor):
+        return _class_kind(t) == OTHER
+    return False
+
+
+def _class_kind(cls: type) -> int:
+    """USER or OTHER for a class, from the file of the module defining it (cached per class)."""
+    found = _class_kinds.get(cls)
+    if found is None:
+        filename = getattr(sys.modules.get(cls.__module__), "__file__", None)
+        found = _class_kinds[cls] = OTHER if filename and _classify(filename) == OTHER else USER
+    return found

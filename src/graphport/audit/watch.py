@@ -37,7 +37,7 @@ from ..source import SourceLocation
 from . import report
 from .bytecode import WriteSite, describe, sites
 from .calls import builtin_effect, is_logging_call, is_lru_cache
-from .frames import OTHER, USER, frame_kind, is_user_callable, user_caller
+from .frames import OTHER, USER, frame_kind, is_user_callable, runs_no_user_code, user_caller
 from .report import PythonEffect
 
 _MISSING = object()
@@ -110,6 +110,24 @@ class PythonAudit:
         if len(self._modes) > 1:
             self._modes.pop()
         self._switch(self._modes[-1])
+
+    def pause_for(self, func, args: tuple, kwargs: dict | None) -> tuple | None:
+        """Turn both hooks off for a torch call made from watched code when the call cannot run
+        user code (frames.runs_no_user_code): everything it runs is torch's and capture's Python,
+        in which the hooks find nothing, yet they would be called for each of its function calls
+        (most of capture's time, per operator). Returns what `resume` restores, or None."""
+        if sys.getprofile() != self._profile or threading.get_ident() != self._thread \
+                or not runs_no_user_code(func, args, kwargs):
+            return None
+        saved = sys.getprofile(), sys.gettrace()
+        sys.setprofile(None)
+        sys.settrace(None)
+        return saved
+
+    @staticmethod
+    def resume(saved: tuple) -> None:
+        sys.setprofile(saved[0])
+        sys.settrace(saved[1])
 
     # -- calls -----------------------------------------------------------------------------------
 

@@ -89,7 +89,7 @@ def capture(fn: Callable, args: tuple, kwargs: dict, root: torch.nn.Module | Non
         if calls is not None:
             stack.enter_context(calls.preserving(root, preserve))
         stack.enter_context(TorchFunctionTracker(rec.enter_torch_fn if locations else None,
-                                                 rec if locations else None))
+                                                 rec if locations else None, audit))
         rec.until_done = stack   # contexts capture enters on the way (capture/data_dependent.py)
         with state.swapped() if state is not None else contextlib.nullcontext(), CaptureMode(rec, policy):
             tracer_args, tracer_kwargs = inputs.rebuild()

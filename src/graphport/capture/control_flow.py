@@ -30,7 +30,7 @@ from ..ops.kinds import Kind, op_info
 from ..shapes.expr import bounds
 from . import data_dependent
 from .data_dependent import bind_output_sizes
-from ..source import SourceLocation, format_stack_trace
+from ..source import SourceLocation, stack_trace_formatter
 from .scope import Scope
 from .sizes import is_sym
 from .tracer import TracerTensor, describe
@@ -470,10 +470,11 @@ def finish_subgraph(sub: Subgraph, lifted: list[fx.Node], rec) -> torch.nn.Modul
         first.prepend(ph)
         ph.target = ph.name   # the argument's name: unique even where two stand for one outer value
     eliminate_dead_code(graph, rec.user_calls)
+    formatted = stack_trace_formatter()
     for node in graph.nodes:
         stack = node.meta.pop("gp_stack", None)
         if stack is not None:
-            node.meta["stack_trace"] = format_stack_trace(stack)
+            node.meta["stack_trace"] = formatted(stack)
     holder = subgraph_owner(sub.scope.modules)
     holder.graph = graph
     graph.owning_module = holder

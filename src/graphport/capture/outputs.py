@@ -15,7 +15,7 @@ from ..errors import UnsupportedInputError
 from ..pytree import flatten_with_paths, path_to_str
 from ..signature import (ConstantArgument, ExportGraphSignature, InputKind, InputSpec, OutputKind, OutputSpec,
                          SymBoolArgument, SymFloatArgument, SymIntArgument, TensorArgument)
-from ..source import format_stack_trace
+from ..source import stack_trace_formatter
 from .inputs import SCALAR_TYPES, UserInputs
 from .recorder import Recorder
 from .sizes import is_sym
@@ -50,10 +50,11 @@ def finish_graph(rec: Recorder, out: Any, inputs: UserInputs, state: ModuleState
     input_specs = (state.input_specs() if state is not None else []) + _constant_specs(rec) + inputs.specs
     _order_placeholders(rec.graph, [s.arg.name for s in input_specs])
     output_specs = [OutputSpec(kind, _argument(value), target) for value, (kind, target) in zip(values, kinds)]
+    formatted = stack_trace_formatter()
     for node in rec.graph.nodes:
         stack = node.meta.pop("gp_stack", None)
         if stack is not None:
-            node.meta["stack_trace"] = format_stack_trace(stack)
+            node.meta["stack_trace"] = formatted(stack)
     return ExportGraphSignature(input_specs, output_specs), out_spec
 
 

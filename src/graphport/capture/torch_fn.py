@@ -12,6 +12,7 @@ from typing import Any, Callable
 import torch
 from torch.overrides import TorchFunctionMode
 
+from ..audit import PythonAudit
 from ..shapes.env import ChoiceUndecided
 from .tensor_data import has_data_dependent_values, tensor_from_symbolic
 
@@ -20,15 +21,27 @@ class TorchFunctionTracker(TorchFunctionMode):
     """Remembers the outermost torch function being run; a mode is off while its own handler
     runs, so functions called inside that one are not seen (they belong to it). With a
     `recorder`, tells it of the program's view-or-copy choices and of its reads of strides
-    (capture/recorder.py, local_proofs.py)."""
+    (capture/recorder.py, local_proofs.py). With an `audit`, its hooks are off while a call
+    that cannot run user code is handled."""
 
-    def __init__(self, on_enter: Callable[[tuple | None], None] | None, recorder=None):
+    def __init__(self, on_enter: Callable[[tuple | None], None] | None, recorder=None,
+                 audit: PythonAudit | None = None):
         super().__init__()
         self.on_enter = on_enter
         self.recorder = recorder
+        self.audit = audit
         self.counts: dict[str, int] = {}
 
     def __torch_function__(self, func, types, args=(), kwargs=None) -> Any:
+        paused = self.audit.pause_for(func, args, kwargs) if self.audit is not None else None
+        if paused is None:
+            return self._handle(func, args, kwargs)
+        try:
+            return self._handle(func, args, kwargs)
+        finally:
+            self.audit.resume(paused)
+
+    def _handle(self, func, args, kwargs) -> Any:
         forwards_to_torch = True   # noqa: F841 (an error raised by `func` is torch's: passes/small_sizes.py)
         if func is torch.tensor and args and has_data_dependent_values(args[0]):
             return tensor_from_symbolic(*args, **(kwargs or {}))
