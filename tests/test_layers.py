@@ -18,7 +18,7 @@ LAYERS = [
     {"capture"},
 ]
 LATER_STAGES = {"passes", "program", "runtime", "call_checks", "export", "draft", "check", "describe",
-                "serde", "interop", "unflatten", "cli", "viewer"}
+                "serde", "interop", "unflatten", "cli", "viewer", "experimental"}
 
 
 def _layer_of(part: str) -> int:

@@ -38,9 +38,21 @@ from ..values import finish_metadata
 from .decompose import (_argument, _narrowed, _no_new_shape_facts, _renamed, _replay_inputs, _shape_env,
                         _traced_again)
 from .lowering_sizes import LoweredValidity, lowered_validity
-from .verifier import CoreATenVerifier
+from .verifier import Verifier
 
-_MUTATIONS = (OutputKind.BUFFER_MUTATION, OutputKind.PARAMETER_MUTATION, OutputKind.USER_INPUT_MUTATION)
+# Kept whole in a joint program although the Core ATen table expands them: their
+# decomposition's extra outputs are not the kernel's, and their derivative formula reads
+# those. CPU flash attention's decomposition returns the attention weights where the kernel
+# returns the log-sum-exp its backward reads, so its backward would compute other gradients
+# than eager (torch 2.13's joint export does decompose it, and its gradients differ).
+_KEPT_FOR_THE_BACKWARD = (torch.ops.aten._scaled_dot_product_flash_attention_for_cpu.default,)
+
+
+def _joint_table() -> dict:
+    table = default_decompositions()
+    for op in _KEPT_FOR_THE_BACKWARD:
+        table.pop(op, None)
+    return table.materialize()
 
 
 @cycle_collection_paused()
@@ -67,7 +79,7 @@ def export_forward_backward(ep: ExportedProgram, joint_loss_index: int = 0) -> E
     wrt = tuple(s.arg.name for s in sig.input_specs if _differentiated(ep, s, placeholders))
     request = GradientRequest(loss=loss_at, wrt=wrt, user_outputs_from=user_specs[0])
     env = _shape_env(ep.graph)
-    policy = TablePolicy(default_decompositions().materialize())
+    policy = TablePolicy(_joint_table())
 
     def inputs(shape_env):
         return dataclasses.replace(_replay_inputs(ep, shape_env, frozenset()), gradients=request)
@@ -79,9 +91,14 @@ def export_forward_backward(ep: ExportedProgram, joint_loss_index: int = 0) -> E
     def validity(assumed: list) -> LoweredValidity:
         return lowered_validity(ep, env, assumed, joint.graph_module.graph, joint.constant_values, joint_again)
 
-    with _no_new_shape_facts(env, _traced_again(ep.graph, env) and validity) as proven:
+    traced_again = _traced_again(ep.graph, env)
+    with _no_new_shape_facts(env, traced_again and validity) as proven:
         joint = replay(ep.graph_module, policy, inputs(env))
         _check_gradients(ep, joint.gradients, request)
+        small = _sizes_0_and_1(env, validity) if traced_again else LoweredValidity({}, [])
+    for sym, (least, reason) in small.valid_from.items():
+        if least > proven.valid_from.get(sym, (0, ""))[0]:
+            proven.valid_from[sym] = (least, reason)
     graph = joint.graph_module.graph
     input_specs = list(sig.input_specs)
     first_user = next((i for i, s in enumerate(input_specs) if s.kind is InputKind.USER_INPUT), len(input_specs))
@@ -101,10 +118,36 @@ def export_forward_backward(ep: ExportedProgram, joint_loss_index: int = 0) -> E
         dict(ep.range_constraints), [_renamed(e, joint.renamed) for e in ep.module_call_graph],
         ep.example_inputs, {**ep.constants, **joint.constant_values}, list(ep.input_paths),
         dict(ep.input_aliases), *_narrowed(ep, env, proven.valid_from),
-        verifiers=[CoreATenVerifier], python_effects=ep.python_effects)
+        verifiers=[Verifier], python_effects=ep.python_effects)
     program.validate()
     finish_metadata(program.graph_module)
     return program
+
+
+def _sizes_0_and_1(env, validity) -> LoweredValidity:
+    """Where the joint graph is not valid at sizes 0 and 1 of a dynamic dimension whose
+    range has them: it is traced again there and compared (passes/lowering_sizes.py).
+    torch's derivative formulas are C++ computing with concrete sizes; their decompositions
+    compute with the graph's symbolic ones (`mse_loss`'s backward divides by the element
+    count: a Python division by zero at batch 0, where eager's C++ gives inf), so the
+    backward is not known valid there from the program's own proof, whatever the capture
+    proved. A size where the joint graph fails or computes something else is refused at
+    call time, with the reason."""
+    symbols = sorted((s for s in env.symbols if s not in env.exact), key=str)
+    saved = dict(env.assumed_min)
+    try:
+        for sym in symbols:   # the proof traces the sizes below the assumed minimum
+            env.assumed_min[sym] = 2
+        found = validity([(sym, 2) for sym in symbols])
+    finally:
+        env.assumed_min.clear()
+        env.assumed_min.update(saved)
+    if found.exclusions:
+        together = ", ".join(f"{env.symbols[s].dim_name} = {v}" for s, v in found.exclusions[0].items())
+        raise UnsupportedFeatureError(
+            f"the joint forward-backward graph computes something else when {together} together, sizes the "
+            "program accepts", fix="narrow those Dims' ranges (min=2) and export again")
+    return found
 
 
 def _differentiated(ep: ExportedProgram, spec: InputSpec, placeholders: dict[str, fx.Node]) -> bool:
@@ -123,6 +166,13 @@ def _check_gradients(ep: ExportedProgram, report: GradientReport, request: Gradi
     scalar that requires grad, no other output requires grad, every parameter asked for
     gets a gradient."""
     sig = ep.graph_signature
+    if report.other_outputs_requiring_grad:
+        index = report.other_outputs_requiring_grad[0]
+        raise UserError(
+            f"output {index - request.user_outputs_from} of the program requires grad but is not the loss; the "
+            "joint graph differentiates the loss only", fix="return that output detached (out.detach()), or pass "
+            "its index as joint_loss_index if it is the loss",
+            torch_phrase="Found an output of the forward that requires gradients, that was not the scalar loss")
     if not report.loss_requires_grad:
         raise UserError(
             "the output marked as the loss does not require grad: no parameter or input that requires grad "
@@ -136,13 +186,6 @@ def _check_gradients(ep: ExportedProgram, report: GradientReport, request: Gradi
             "scalar loss", fix="reduce the loss to a scalar in forward (loss.mean() or loss.sum())",
             torch_phrase="We require the output marked as the loss (at index "
                          f"{request.loss - request.user_outputs_from}) to be a scalar")
-    if report.other_outputs_requiring_grad:
-        index = report.other_outputs_requiring_grad[0]
-        raise UserError(
-            f"output {index - request.user_outputs_from} of the program requires grad but is not the loss; the "
-            "joint graph differentiates the loss only", fix="return that output detached (out.detach()), or pass "
-            "its index as joint_loss_index if it is the loss",
-            torch_phrase="Found an output of the forward that requires gradients, that was not the scalar loss")
     if report.without_gradient:
         names = dict(zip((s.arg.name for s in sig.input_specs), (s.target or s.arg.name for s in sig.input_specs)))
         missing = ", ".join(names[n] for n in report.without_gradient)

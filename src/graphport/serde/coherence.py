@@ -27,7 +27,7 @@ _PLACEHOLDER_VALUES = {TensorArgument: (torch.Tensor, RuntimeValue), SymIntArgum
 def check_coherence(ep: ExportedProgram) -> None:
     sig = ep.graph_signature
     user_inputs = [s.arg.name for s in sig.input_specs if s.kind is InputKind.USER_INPUT]
-    user_outputs = sum(1 for s in sig.output_specs if s.kind is OutputKind.USER_OUTPUT)
+    user_outputs = sum(1 for s in sig.output_specs if s.kind in (OutputKind.USER_OUTPUT, OutputKind.LOSS_OUTPUT))
     call = ep.call_spec
     if call.in_spec.num_leaves != len(user_inputs):
         _fail(f"the program's input structure has {call.in_spec.num_leaves} leaves, but its signature "
