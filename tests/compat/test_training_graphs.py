@@ -378,3 +378,41 @@ def test_cnn_module_left_untouched():
     assert str(ep) == before
     loss, logits = ep.module()(*[a.detach() for a in args])
     assert isinstance(model, ConvBN) and loss.shape == ()
+
+
+class _DetachWrite(nn.Module):
+    """A detach of a value that requires grad, written through: the write reaches the value."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(3, 3)
+
+    def forward(self, x):
+        h = self.fc(x)
+        d = h.detach()
+        d.add_(1)
+        return h * 2, d
+
+
+@pytest.mark.parametrize("ex_name", ["graphport", "torch"])
+def test_detach_of_a_value_requiring_grad_is_a_node_as_torch_records_it(ex_name):
+    """torch.export's graph keeps such a detach as a node, and its lowering as `alias`;
+    graphport's too (the joint export stops gradients there)."""
+    exporter = gp.export if ex_name == "graphport" else torch.export.export
+    model, x = _DetachWrite(), torch.randn(2, 3)
+    ep = exporter(model, (x,))
+    ops = Counter(str(n.target) for n in ep.graph.nodes if n.op == "call_function")
+    assert ops["aten.detach.default"] >= 1
+    lowered = ep.run_decompositions()
+    lowered_ops = Counter(str(n.target) for n in lowered.graph.nodes if n.op == "call_function")
+    assert "aten.detach.default" not in lowered_ops and lowered_ops["aten.alias.default"] >= 1
+    for program in (ep, lowered):
+        for got, expected in zip(program.module()(x), model(x)):
+            torch.testing.assert_close(got, expected)
+
+
+def test_a_lowered_program_is_refused():
+    """A lowered program's detaches are aliases, which do not say the gradient stops."""
+    lowered = gp.export(_StopsGradients(), (torch.randn(3, 4),)).run_decompositions()
+    with pytest.raises(gp.UnsupportedFeatureError, match="before run_decompositions"):
+        _export_forward_backward(lowered)

@@ -27,11 +27,13 @@ def _alias(mode, t, *rest):
 def _detach(mode, t, *rest):
     """detach of a value eager would have require grad: a `detach` node, as torch.export
     records it, so that a graph differentiated later (the joint forward-backward export)
-    stops the gradient there. Any other detach is an alias, as `_alias` records it. The
-    node is a view of its source: writes through either reach the other."""
+    stops the gradient there; a lowering to Core ATen records `alias` instead, as torch's
+    does. Any other detach is an alias, as `_alias` records it. The node is a view of its
+    source: writes through either reach the other."""
     if mode.rec.detach_nodes and isinstance(t, TracerTensor) and (t.dtype.is_floating_point or t.dtype.is_complex) \
             and mode.rec.grad.requires_grad(mode.rec.value(t), called_with_grad=True):
-        return mode.call(aten.detach.default, (t,), {}, view=True)
+        lowered = mode.policy.decomposition(aten.detach.default) is not None   # Core ATen: `alias`, as torch's
+        return mode.call(aten.alias.default if lowered else aten.detach.default, (t,), {}, view=True)
     return _alias(mode, t, *rest)
 
 

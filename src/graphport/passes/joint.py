@@ -69,6 +69,12 @@ def export_forward_backward(ep: ExportedProgram, joint_loss_index: int = 0) -> E
             "the program has control flow (torch.cond, map, while_loop or scan), which the joint forward-backward "
             "export cannot differentiate yet",
             fix="compute both sides and select with torch.where instead of torch.cond, or unroll the loop")
+    if any(n.op == "call_function" and n.target is torch.ops.aten.alias.default for n in ep.graph.nodes):
+        raise UnsupportedFeatureError(
+            "the program was lowered (run_decompositions turns each detach into an alias node, which does not say "
+            "that the gradient stops there), so its joint forward-backward graph could differentiate through a "
+            "detach", fix="call _export_forward_backward on the program graphport.export returned, before "
+                          "run_decompositions (the joint program is at the Core ATen level already)")
     user_specs = [i for i, s in enumerate(sig.output_specs) if s.kind is OutputKind.USER_OUTPUT]
     if not 0 <= joint_loss_index < len(user_specs):
         raise UserError(f"joint_loss_index={joint_loss_index}, but the program has {len(user_specs)} user output"
