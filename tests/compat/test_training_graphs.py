@@ -416,3 +416,14 @@ def test_a_lowered_program_is_refused():
     lowered = gp.export(_StopsGradients(), (torch.randn(3, 4),)).run_decompositions()
     with pytest.raises(gp.UnsupportedFeatureError, match="before run_decompositions"):
         _export_forward_backward(lowered)
+
+
+def test_a_loaded_program_keeps_where_gradients_stop(tmp_path):
+    """The artifact keeps the detach nodes and the grad mode of the no_grad region, so the
+    joint program of a loaded program stops gradients where eager does."""
+    torch.manual_seed(0)
+    model, x = _StopsGradients(), torch.randn(3, 4, requires_grad=True)
+    gp.save(gp.export(model, (x,)), tmp_path / "forward.gport")
+    loaded = gp.load(tmp_path / "forward.gport")
+    assert any(n.meta.get("grad_enabled") is False for n in loaded.graph.nodes)
+    assert_matches_eager(_export_forward_backward(loaded), model, (x,))
