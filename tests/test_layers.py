@@ -20,7 +20,7 @@ LAYERS = [
     {"passes"},   # they take a program and return ep.replace(...): program.py sits above them
 ]
 LATER_STAGES = {"program", "runtime", "call_checks", "export", "draft", "check", "describe",
-                "serde", "interop", "unflatten", "cli", "viewer"}
+                "serde", "interop", "unflatten", "cli", "viewer", "experimental"}
 
 
 def _layer_of(part: str) -> int:

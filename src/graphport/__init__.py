@@ -37,7 +37,7 @@ _configure_logs_from_env()
 _LAZY = {
     "export": ".export", "draft_export": ".draft", "DraftExportReport": ".draft",
     "ExportedProgram": ".program", "ModuleCallEntry": ".program", "ModuleCallSignature": ".program",
-    "ExportGraphSignature": ".signature", "InputKind": ".signature", "InputSpec": ".signature",
+    "ExportGraphSignature": ".signature", "ExportBackwardSignature": ".signature", "InputKind": ".signature", "InputSpec": ".signature",
     "OutputKind": ".signature", "OutputSpec": ".signature",
     "register_dataclass": ".pytree",
     "refine_dynamic_shapes_from_suggested_fixes": ".shapes.check",
@@ -89,7 +89,7 @@ sys.modules[__name__].__class__ = _Package
 
 
 __all__ = [
-    "export", "draft_export", "DraftExportReport", "Dim", "dims", "ShapesCollection", "AdditionalInputs", "refine_dynamic_shapes_from_suggested_fixes", "ExportedProgram", "ExportGraphSignature", "InputKind", "InputSpec", "OutputKind",
+    "export", "draft_export", "DraftExportReport", "Dim", "dims", "ShapesCollection", "AdditionalInputs", "refine_dynamic_shapes_from_suggested_fixes", "ExportedProgram", "ExportGraphSignature", "ExportBackwardSignature", "InputKind", "InputSpec", "OutputKind",
     "OutputSpec", "ModuleCallEntry", "ModuleCallSignature", "register_dataclass", "verify",
     "GraphportError", "UserError", "DataDependentError", "UnsupportedOperatorError",
     "UnsupportedInputError", "InputMismatchError", "InputGuardError", "InputStructureError", "FlatArgsError", "InvalidDimError", "OperatorError", "UnsupportedFeatureError",

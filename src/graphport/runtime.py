@@ -80,6 +80,17 @@ def write_back(target: torch.Tensor, value: torch.Tensor) -> None:
         target.copy_(value)
 
 
+def accumulate_grad(target: torch.Tensor, value: torch.Tensor) -> None:
+    """A joint forward-backward program's gradient, accumulated into `target.grad` as
+    eager's `loss.backward()` accumulates it."""
+    with torch.no_grad():
+        target.grad = value.detach() if target.grad is None else target.grad + value
+
+
+_MUTATIONS = (OutputKind.BUFFER_MUTATION, OutputKind.PARAMETER_MUTATION, OutputKind.USER_INPUT_MUTATION)
+_GRADIENTS = (OutputKind.GRADIENT_TO_PARAMETER, OutputKind.GRADIENT_TO_USER_INPUT)
+
+
 class _ProgramCodeGen(fx.graph.CodeGen):
     """`forward(self, <the program's arguments>)`: the arguments are flattened and checked by
     the module, then bound to the graph's placeholders; outputs take the program's structure."""
@@ -412,7 +423,10 @@ def _check_call(module: ExportedModule, args: tuple, kwargs: dict) -> None:
 
 def _unlifted_graph(ep) -> fx.Graph:
     """The program's graph with parameters, buffers and constants read from the module
-    (`get_attr`) instead of passed in, and its mutation outputs written back in place."""
+    (`get_attr`) instead of passed in, and its mutation outputs written back in place. A
+    joint forward-backward program's gradients are accumulated into the `.grad` of the
+    parameters and inputs they belong to, as `loss.backward()` would, and its outputs are
+    the program's own (the loss among them)."""
     graph = fx.Graph()
     sig = ep.graph_signature
     spec_of = {s.arg.name: s for s in sig.input_specs}
@@ -439,13 +453,18 @@ def _unlifted_graph(ep) -> fx.Graph:
             env[node] = graph.node_copy(node, lambda n: env[n])
             continue
         outputs = list(node.args[0])
-        mutations = [s for s in sig.output_specs if s.kind is not OutputKind.USER_OUTPUT]
         users = {s.arg.name: env[n] for n, s in zip(placeholders, sig.input_specs)
                  if s.kind is InputKind.USER_INPUT}
-        for spec, value in zip(mutations, outputs):
-            target = users[spec.target] if spec.kind is OutputKind.USER_INPUT_MUTATION else graph.get_attr(spec.target)
-            graph.call_function(write_back, (target, env[value]))
-        graph.output(fx.map_arg(tuple(outputs[len(mutations):]), lambda n: env[n]))
+        returned = []
+        for spec, value in zip(sig.output_specs, outputs):
+            if spec.kind in _MUTATIONS or spec.kind in _GRADIENTS:
+                target = users[spec.target] if spec.kind in (OutputKind.USER_INPUT_MUTATION,
+                                                              OutputKind.GRADIENT_TO_USER_INPUT) \
+                    else graph.get_attr(spec.target)
+                graph.call_function(write_back if spec.kind in _MUTATIONS else accumulate_grad, (target, env[value]))
+            else:
+                returned.append(value)
+        graph.output(fx.map_arg(tuple(returned), lambda n: env[n]))
     return graph
 
 

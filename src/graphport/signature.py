@@ -51,6 +51,10 @@ class OutputKind(enum.Enum):
     BUFFER_MUTATION = enum.auto()
     PARAMETER_MUTATION = enum.auto()
     USER_INPUT_MUTATION = enum.auto()
+    # a joint forward-backward program's (graphport.experimental._export_forward_backward)
+    LOSS_OUTPUT = enum.auto()
+    GRADIENT_TO_PARAMETER = enum.auto()
+    GRADIENT_TO_USER_INPUT = enum.auto()
 
 
 @dataclass
@@ -79,6 +83,16 @@ class OutputSpec:
         name = self.arg.name if not isinstance(self.arg, ConstantArgument) else ""
         text = f"{name}: {self.kind.name}"
         return text + (f" target='{self.target}'" if self.target is not None else "")
+
+
+@dataclass
+class ExportBackwardSignature:
+    """A joint forward-backward program's backward: which output is the gradient of the
+    loss with respect to which parameter (by its target) or user input (by its
+    placeholder's name), and which output is the loss."""
+    gradients_to_parameters: dict[str, str]
+    gradients_to_user_inputs: dict[str, str]
+    loss_output: str
 
 
 @dataclass
@@ -113,7 +127,7 @@ class ExportGraphSignature:
     @property
     def user_outputs(self) -> list[Any]:
         return [s.arg.value if isinstance(s.arg, ConstantArgument) else s.arg.name
-                for s in self.output_specs if s.kind is OutputKind.USER_OUTPUT]
+                for s in self.output_specs if s.kind in (OutputKind.USER_OUTPUT, OutputKind.LOSS_OUTPUT)]
 
     @property
     def inputs_to_parameters(self) -> dict[str, str]:
@@ -138,6 +152,19 @@ class ExportGraphSignature:
     @property
     def user_inputs_to_mutate(self) -> dict[str, str]:
         return {s.arg.name: s.target for s in self.output_specs if s.kind is OutputKind.USER_INPUT_MUTATION}
+
+    @property
+    def backward_signature(self) -> ExportBackwardSignature | None:
+        """The backward of a joint forward-backward program; None for any other program."""
+        loss = [s.arg.name for s in self.output_specs if s.kind is OutputKind.LOSS_OUTPUT]
+        if not loss:
+            return None
+        return ExportBackwardSignature(
+            gradients_to_parameters={s.arg.name: s.target for s in self.output_specs
+                                     if s.kind is OutputKind.GRADIENT_TO_PARAMETER},
+            gradients_to_user_inputs={s.arg.name: s.target for s in self.output_specs
+                                      if s.kind is OutputKind.GRADIENT_TO_USER_INPUT},
+            loss_output=loss[0])
 
     def __str__(self) -> str:
         lines = ["# inputs", *map(str, self.input_specs), "", "# outputs", *map(str, self.output_specs)]

@@ -38,11 +38,14 @@ def capturing() -> bool:
 
 
 @contextlib.contextmanager
-def capture_environment(module_stack_hooks: tuple[Callable, Callable] | None, symbolic: bool) -> Iterator[None]:
+def capture_environment(module_stack_hooks: tuple[Callable, Callable] | None, symbolic: bool,
+                        autograd: bool = False) -> Iterator[None]:
     """Enter everything capture changes outside itself; restore it all on exit.
 
     `module_stack_hooks` is (pre, post) forward hooks that track the running module;
-    `symbolic` enables torch's Python meta kernels and symbolic builtin max/min.
+    `symbolic` enables torch's Python meta kernels and symbolic builtin max/min;
+    `autograd` lets autograd record the calls on tracers that require grad (the joint
+    forward-backward replay), instead of dispatching below it.
     """
     with _LOCK, contextlib.ExitStack() as stack:
         _active.depth = getattr(_active, "depth", 0) + 1
@@ -56,7 +59,8 @@ def capture_environment(module_stack_hooks: tuple[Callable, Callable] | None, sy
             stack.enter_context(_torch.enable_python_dispatcher())
             stack.enter_context(_symbolic_min_max())
             stack.enter_context(_symbolic_divmod())
-        stack.enter_context(_torch.below_autograd())
+        if not autograd:
+            stack.enter_context(_torch.below_autograd())
         yield
 
 

@@ -48,6 +48,9 @@ class Recorder:
         self.sizes: SizeValues | None = None                # when the capture has symbolic sizes
         self.meta_cache = MetaCache()
         self.grad = GradFlow()   # which values eager would make require grad (grad.py)
+        # detach of a value that would require grad is a node (rules.py); not while autograd itself
+        # records the calls (the joint replay), where detach stops the gradient on its own
+        self.detach_nodes = True
         self.real_values: dict[fx.Node, Any] = {}   # placeholder -> its example value (example_answers.py)
         self.fallback_stack: tuple = ()   # source location for nodes made after the program returned
         self._keepalive: list[torch.Tensor] = []

@@ -11,6 +11,9 @@ Every node a source node expands into inherits that node's metadata (`stack_trac
 
 A subgraph reached by `get_attr` (a control-flow branch or body) is replayed on its own,
 recursively, and the operator using it is recorded as it was, with its result's metadata.
+
+With a `GradientRequest`, the replay runs with autograd on and records the gradients of a
+loss output after the outputs (capture/gradients.py): the joint forward-backward graph.
 """
 from __future__ import annotations
 
@@ -31,6 +34,7 @@ from .dead_code import eliminate_dead_code
 from ..values import capture_value
 from .data_dependent import assert_fact, bind_symbol
 from .environment import capture_environment
+from .gradients import GradientReport, GradientRequest, differentiate, grad_mode_of, placeholder_tracer
 from .mode import CaptureMode
 from .received_sizes import ReceivedSizes
 from .recorder import Recorder
@@ -56,6 +60,7 @@ class ReplayInputs:
     env: Any = None                                   # the replay's ShapeEnv (a fork of the program's), when symbolic
     named: frozenset[str] = frozenset()   # nodes named outside the graph (preserved call signatures)
     subgraph: bool = False   # a control-flow subgraph: its sizes come from its own placeholders
+    gradients: GradientRequest | None = None   # record these gradients after the outputs
 
 
 @dataclass
@@ -64,12 +69,14 @@ class Replayed:
     new_constants: dict[str, str]          # placeholder name -> target of a constant the replay lifted
     constant_values: dict[str, torch.Tensor]   # target -> tensor, for those
     renamed: dict[str, Any]                # name in `named` -> its value's node name now (or the constant it is)
+    gradients: GradientReport | None = None   # with a GradientRequest: what differentiating found
 
 
 def replay(gm: fx.GraphModule, policy: DispatchPolicy, inputs: ReplayInputs) -> Replayed:
     """`gm`'s computation captured again under `policy`, with the same placeholders (names,
     order, metadata) and the same outputs."""
     rec = Recorder(locations=False)
+    rec.detach_nodes = inputs.gradients is None   # under autograd, detach stops the gradient itself
     values: dict[fx.Node, Any] = {}
     placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
     for p in placeholders:
@@ -84,8 +91,10 @@ def replay(gm: fx.GraphModule, policy: DispatchPolicy, inputs: ReplayInputs) -> 
     keep: set[fx.Node] = set()
     made_by = _symbols_made_by(gm, inputs.env)
     made_here = {sym for node, symbols in made_by.items() if node.op != "placeholder" for sym in symbols}
-    with capture_environment(None, symbolic=inputs.env is not None), _portable_decompositions(), \
-            _data_dependent_symbols_of(rec, inputs.env, made_here), CaptureMode(rec, policy):
+    report = None
+    with capture_environment(None, symbolic=inputs.env is not None, autograd=inputs.gradients is not None), \
+            _portable_decompositions(), _data_dependent_symbols_of(rec, inputs.env, made_here), \
+            CaptureMode(rec, policy):
         last_meta: dict = {}
         for node in gm.graph.nodes:
             if node.op == "placeholder":
@@ -95,6 +104,8 @@ def replay(gm: fx.GraphModule, policy: DispatchPolicy, inputs: ReplayInputs) -> 
                 returned = node.args[0]
                 if isinstance(returned, fx.Node):   # a single value (a while_loop's predicate graph)
                     outputs = _graph_value(rec, values[returned])
+                elif inputs.gradients is not None:
+                    outputs, report = _with_gradients(rec, gm, returned, values, inputs.gradients)
                 else:
                     outputs = tuple(_graph_value(rec, v) for v in pytree.tree_map_only(fx.Node, values.__getitem__,
                                                                                         returned))
@@ -105,7 +116,8 @@ def replay(gm: fx.GraphModule, policy: DispatchPolicy, inputs: ReplayInputs) -> 
                 break
             if inputs.env is not None:
                 inputs.env.unbacked.reuse[:] = made_by.get(node, [])
-            values[node] = result = _run(rec, gm, node, values, policy, inputs, owner)
+            with grad_mode_of(node) if inputs.gradients is not None else contextlib.nullcontext():
+                values[node] = result = _run(rec, gm, node, values, policy, inputs, owner)
             _inherit(rec.graph, mark, node.meta)
             last_meta = node.meta
             if node.op == "call_function" and not node.users:
@@ -116,7 +128,23 @@ def replay(gm: fx.GraphModule, policy: DispatchPolicy, inputs: ReplayInputs) -> 
     new_constants = {name: target for name, target in rec.constant_targets.items()}
     renamed = {name: value.name if isinstance(value, fx.Node) else value for name, value in named.items()}
     return Replayed(fx.GraphModule(owner, rec.graph, class_name="GraphModule"), new_constants,
-                    {t: v for t, v in rec.constant_values.items() if t not in known}, renamed)
+                    {t: v for t, v in rec.constant_values.items() if t not in known}, renamed, report)
+
+
+def _with_gradients(rec: Recorder, gm: fx.GraphModule, returned, values: dict,
+                    request: GradientRequest) -> tuple[tuple, GradientReport]:
+    """The graph's outputs followed by the requested gradients (None where the loss does not
+    reach a placeholder). The backward's nodes take the metadata of the node computing the
+    loss: they are recorded after the forward, on its behalf."""
+    traced = [values[n] if isinstance(n, fx.Node) else n for n in returned]
+    placeholders = {n.name: values[n] for n in gm.graph.nodes if n.op == "placeholder"}
+    before_backward = next(reversed(rec.graph.nodes), None)
+    grads, report = differentiate(traced, placeholders, request)
+    loss_node = returned[request.loss]
+    _inherit(rec.graph, before_backward, loss_node.meta if isinstance(loss_node, fx.Node) else {})
+    outputs = tuple(_graph_value(rec, v) for v in traced) + tuple(
+        _graph_value(rec, g) if g is not None else None for g in grads)
+    return outputs, report
 
 
 def _symbols_made_by(gm: fx.GraphModule, env) -> dict[fx.Node, list]:
@@ -199,7 +227,9 @@ def _placeholder(rec: Recorder, p: fx.Node, inputs: ReplayInputs) -> Any:
             rec.constant_values[inputs.constant_targets[p.name]] = real
         else:
             node = rec.placeholder(p.name, val)
-            tracer = TracerTensor(val, inputs.devices.get(p.name, torch.device("cpu")), node.name)
+            device = inputs.devices.get(p.name, torch.device("cpu"))
+            tracer = TracerTensor(val, device, node.name) if inputs.gradients is None else \
+                placeholder_tracer(val, device, node.name, p.name in inputs.gradients.wrt)
             rec.root.bind(tracer, node, 0)
             rec.placeholder_tracers.add(id(tracer))
         made = rec.root_value(tracer)

@@ -24,6 +24,19 @@ def _alias(mode, t, *rest):
     return mode.rec.alias(t if isinstance(t, TracerTensor) else mode.rec.constant(t))
 
 
+def _detach(mode, t, *rest):
+    """detach of a value eager would have require grad: a `detach` node, as torch.export
+    records it, so that a graph differentiated later (the joint forward-backward export)
+    stops the gradient there; a lowering to Core ATen records `alias` instead, as torch's
+    does. Any other detach is an alias, as `_alias` records it. The node is a view of its
+    source: writes through either reach the other."""
+    if mode.rec.detach_nodes and isinstance(t, TracerTensor) and (t.dtype.is_floating_point or t.dtype.is_complex) \
+            and mode.rec.grad.requires_grad(mode.rec.value(t), called_with_grad=True):
+        lowered = mode.policy.decomposition(aten.detach.default) is not None   # Core ATen: `alias`, as torch's
+        return mode.call(aten.alias.default if lowered else aten.detach.default, (t,), {}, view=True)
+    return _alias(mode, t, *rest)
+
+
 def _identity(mode, t, *rest):
     return t
 
@@ -83,7 +96,7 @@ def _empty_batch_norm(mode, input, weight, bias):
 SPECIAL: dict[Any, Callable] = {
     aten.lift_fresh.default: _lift_fresh,
     aten.lift_fresh_copy.default: _lift_fresh,
-    aten.detach.default: _alias,
+    aten.detach.default: _detach,
     aten.alias.default: _alias,
     aten.detach_.default: _identity,
     aten.batch_norm.default: _batch_norm,

@@ -250,7 +250,16 @@ def _argument(arg) -> gsig.ArgumentSpec:
     return kind(arg.name)
 
 
+# torch's joint forward-backward programs: converted from their forward program instead
+_JOINT_OUTPUT_KINDS = frozenset({"LOSS_OUTPUT", "GRADIENT_TO_PARAMETER", "GRADIENT_TO_USER_INPUT"})
+
+
 def _kind(enum_type, kind, what: str):
+    if kind.name in _JOINT_OUTPUT_KINDS:
+        raise UnsupportedFeatureError(
+            f"the program has a {what} of kind {kind.name}: it is a joint forward-backward program",
+            fix="convert the forward program (before _export_forward_backward), then make the joint program with "
+                "graphport.experimental._export_forward_backward")
     if kind.name not in enum_type.__members__:
         raise UnsupportedFeatureError(f"the program has a {what} of kind {kind.name}, which graphport programs "
                                       "do not have", fix="export the program for inference, without it")

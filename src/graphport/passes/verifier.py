@@ -17,8 +17,11 @@ from ..ops.vocabulary import SYMBOLIC_SIZE_OPS
 from ..signature import ConstantArgument, InputKind, OutputKind
 
 _INPUT_ORDER = [InputKind.PARAMETER, InputKind.BUFFER, InputKind.CONSTANT_TENSOR, InputKind.USER_INPUT]
-_OUTPUT_ORDER = [OutputKind.PARAMETER_MUTATION, OutputKind.BUFFER_MUTATION, OutputKind.USER_INPUT_MUTATION,
-                 OutputKind.USER_OUTPUT]
+# rank of each output kind: state mutations, input mutations, user outputs (a joint program's
+# loss among them), then a joint program's gradients
+_OUTPUT_RANK = {OutputKind.PARAMETER_MUTATION: 0, OutputKind.BUFFER_MUTATION: 1, OutputKind.USER_INPUT_MUTATION: 2,
+                OutputKind.USER_OUTPUT: 3, OutputKind.LOSS_OUTPUT: 3,
+                OutputKind.GRADIENT_TO_PARAMETER: 4, OutputKind.GRADIENT_TO_USER_INPUT: 5}
 
 
 _CONTROL_FLOW = frozenset({"cond", "map_impl", "while_loop", "scan"})
@@ -143,9 +146,15 @@ def verify(ep, dialect: str = "default") -> None:
             _fail(outputs[0], f"buffer mutation {spec.arg.name} names {spec.target}, which is no buffer input")
         if spec.kind is OutputKind.USER_INPUT_MUTATION and spec.target not in user_inputs:
             _fail(outputs[0], f"input mutation {spec.arg.name} names {spec.target}, which is no user input")
-    okinds = [_OUTPUT_ORDER.index(s.kind) for s in sig.output_specs]
+        if spec.kind is OutputKind.GRADIENT_TO_PARAMETER and spec.target not in sig.parameters:
+            _fail(outputs[0], f"gradient {spec.arg.name} names {spec.target}, which is no parameter input")
+        if spec.kind is OutputKind.GRADIENT_TO_USER_INPUT and spec.target not in user_inputs:
+            _fail(outputs[0], f"gradient {spec.arg.name} names {spec.target}, which is no user input")
+    if sum(s.kind is OutputKind.LOSS_OUTPUT for s in sig.output_specs) > 1:
+        _fail(outputs[0], "a program has at most one loss output")
+    okinds = [_OUTPUT_RANK[s.kind] for s in sig.output_specs]
     if okinds != sorted(okinds):
-        _fail(outputs[0], "outputs must be ordered state mutations, input mutations, user outputs")
+        _fail(outputs[0], "outputs must be ordered state mutations, input mutations, user outputs, gradients")
     _check_nodes(ep.graph_module, "the graph", dialect)
 
 

@@ -31,7 +31,7 @@ def check_coherence(fields: dict[str, Any]) -> None:
     ep = SimpleNamespace(**fields)
     sig = ep.graph_signature
     user_inputs = [s.arg.name for s in sig.input_specs if s.kind is InputKind.USER_INPUT]
-    user_outputs = sum(1 for s in sig.output_specs if s.kind is OutputKind.USER_OUTPUT)
+    user_outputs = sum(1 for s in sig.output_specs if s.kind in (OutputKind.USER_OUTPUT, OutputKind.LOSS_OUTPUT))
     call = ep.module_call_graph[0].signature
     if call.in_spec.num_leaves != len(user_inputs):
         _fail(f"the program's input structure has {call.in_spec.num_leaves} leaves, but its signature "

@@ -31,7 +31,7 @@ from .treespec import treespec_from_json, treespec_to_json
 from .values import Decoder, dtype_name, encode
 
 FORMAT = "graphport"
-VERSION = (1, 2)
+VERSION = (1, 3)
 pytree = _torch.pytree
 
 _ARGUMENTS = {"tensor": TensorArgument, "symint": SymIntArgument, "symfloat": SymFloatArgument,
