@@ -23,6 +23,7 @@ sizes larger than the program was proven for is traced again at the smaller size
 from __future__ import annotations
 
 import dataclasses
+from typing import TYPE_CHECKING
 
 import torch
 import torch.fx as fx
@@ -32,13 +33,14 @@ from ..capture.gradients import GradientReport, GradientRequest
 from ..capture.replay import replay
 from ..errors import UnsupportedFeatureError, UserError
 from ..ops.decompositions import TablePolicy, default_decompositions
-from ..program import ExportedProgram
 from ..signature import ExportGraphSignature, InputKind, InputSpec, OutputKind, OutputSpec, TensorArgument
-from ..values import finish_metadata
-from .decompose import (_argument, _narrowed, _no_new_shape_facts, _renamed, _replay_inputs, _shape_env,
+from .decompose import (_argument, _narrowed, _no_new_shape_facts, _renamed, _replay_inputs,
                         _traced_again)
 from .lowering_sizes import LoweredValidity, lowered_validity
 from .verifier import Verifier
+
+if TYPE_CHECKING:   # passes take a program and return ep.replace(...): they sit below program.py
+    from ..program import ExportedProgram
 
 # Kept whole in a joint program although the Core ATen table expands them: their
 # decomposition's extra outputs are not the kernel's, and their derivative formula reads
@@ -84,7 +86,9 @@ def export_forward_backward(ep: ExportedProgram, joint_loss_index: int = 0) -> E
     placeholders = {n.name: n for n in ep.graph.nodes if n.op == "placeholder"}
     wrt = tuple(s.arg.name for s in sig.input_specs if _differentiated(ep, s, placeholders))
     request = GradientRequest(loss=loss_at, wrt=wrt, user_outputs_from=user_specs[0])
-    env = _shape_env(ep.graph)
+    # the joint graph reasons about sizes in a fork of the program's environment, which the
+    # joint program then owns: the program given is never changed
+    env = ep.shape_env.fork(with_facts=True) if ep.shape_env is not None else None
     policy = TablePolicy(_joint_table())
 
     def inputs(shape_env):
@@ -98,7 +102,7 @@ def export_forward_backward(ep: ExportedProgram, joint_loss_index: int = 0) -> E
         return lowered_validity(ep, env, assumed, joint.graph_module.graph, joint.constant_values, joint_again)
 
     traced_again = _traced_again(ep.graph, env)
-    with _no_new_shape_facts(env, traced_again and validity) as proven:
+    with _no_new_shape_facts(env, ep.shape_env, traced_again and validity) as proven:
         joint = replay(ep.graph_module, policy, inputs(env))
         _check_gradients(ep, joint.gradients, request)
         small = _sizes_0_and_1(env, validity) if traced_again else LoweredValidity({}, [])
@@ -119,15 +123,13 @@ def export_forward_backward(ep: ExportedProgram, joint_loss_index: int = 0) -> E
         kind, target = (OutputKind.GRADIENT_TO_PARAMETER, spec.target) if spec.kind is InputKind.PARAMETER \
             else (OutputKind.GRADIENT_TO_USER_INPUT, name)
         output_specs.append(OutputSpec(kind, TensorArgument(value.name), target))
-    program = ExportedProgram(
-        joint.graph_module, ExportGraphSignature(input_specs, output_specs), dict(ep.state_dict),
-        dict(ep.range_constraints), [_renamed(e, joint.renamed) for e in ep.module_call_graph],
-        ep.example_inputs, {**ep.constants, **joint.constant_values}, list(ep.input_paths),
-        dict(ep.input_aliases), *_narrowed(ep, env, proven.valid_from),
-        verifiers=[Verifier], python_effects=ep.python_effects)
-    program.validate()
-    finish_metadata(program.graph_module)
-    return program
+    contract, report = _narrowed(ep, env, proven.valid_from)
+    return ep.replace(
+        graph_module=joint.graph_module, graph_signature=ExportGraphSignature(input_specs, output_specs),
+        state_dict=dict(ep.state_dict), module_call_graph=[_renamed(e, joint.renamed) for e in ep.module_call_graph],
+        constants={**ep.constants, **joint.constant_values}, input_paths=list(ep.input_paths),
+        input_aliases=dict(ep.input_aliases), shape_contract=contract, shape_env=env, shape_report=report,
+        verifiers=[Verifier])
 
 
 def _sizes_0_and_1(env, validity) -> LoweredValidity:
