@@ -134,6 +134,7 @@ def split_program(fn: Callable, tree: QuestionTree, env_symbols: dict, splitting
             if env is not None:
                 env.branch_facts = saved
         leaves, spec = pytree.tree_flatten(out)
+        leaves = _distinct(leaves)
         constants = []
         for leaf in leaves:
             if isinstance(leaf, (torch.SymInt, torch.SymFloat, torch.SymBool)):
@@ -146,6 +147,24 @@ def split_program(fn: Callable, tree: QuestionTree, env_symbols: dict, splitting
 
 
 _TENSOR = object()
+
+
+def _distinct(leaves: list) -> list:
+    """The outputs with each one that shares memory with an earlier one (a pooled output that
+    is a view of the hidden states) copied: a cond's outputs are distinct tensors. The values
+    are the same; only a write through one output would tell, and a graph output is a fresh
+    tensor of the caller's."""
+    roots: set[int] = set()
+    distinct = []
+    for leaf in leaves:
+        if isinstance(leaf, torch.Tensor):
+            base = getattr(leaf, "gp_base", None)
+            root = id(base if base is not None else leaf)
+            if root in roots:
+                leaf = leaf.clone()
+            roots.add(root)
+        distinct.append(leaf)
+    return distinct
 
 
 def _same_values(a: list, b: list) -> bool:
