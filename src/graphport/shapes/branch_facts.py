@@ -66,6 +66,9 @@ def decide_given(rel: sympy.Basic, facts: tuple, ranges: dict[sympy.Symbol, Valu
         try:
             if not given(*point):
                 continue
+        except ZeroDivisionError:   # a fact dividing by a size that is 0 here does not hold here
+            continue
+        try:
             holds = bool(asked(*point))
         except ZeroDivisionError:
             return None
