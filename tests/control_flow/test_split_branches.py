@@ -137,7 +137,7 @@ def test_sides_returning_different_structures_keep_the_guard_error():
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("name", ["siglip_vision"])
+@pytest.mark.parametrize("name", ["siglip_vision", "dinov2", "vit_interpolated"])
 def test_vit_family_with_dynamic_image_size(name):
     import sys
     from pathlib import Path
@@ -151,3 +151,17 @@ def test_vit_family_with_dynamic_image_size(name):
         for batch, size in [(1, 64), (2, 64), (1, 80), (3, 96), (1, 256)]:   # 64: the table's size and the smallest
             a, k = built.make_inputs(batch=batch, size=size)
             torch.testing.assert_close(module(*a, **k).last_hidden_state, built.module(*a, **k).last_hidden_state)
+
+
+def test_a_view_infers_its_size_as_an_integer_where_the_element_count_is_expanded():
+    # at a batch of 1 the element count is `16*n + 16`, the known sizes `4*(n + 1)`: the -1 is 4,
+    # not a sum of fractions (which no graph can compute)
+    def heads(x):
+        y = torch.cat([x[:, :1], x], 1)
+        return y.view(y.shape[0], y.shape[1], -1, 4).transpose(1, 2) * 2
+
+    x = torch.randn(1, 6, 16)
+    ep = gp.export(heads, (x,), dynamic_shapes={"x": {1: gp.Dim("n", min=2, max=64)}})
+    for n in (2, 6, 33):
+        x = torch.randn(1, n, 16)
+        torch.testing.assert_close(ep.module()(x), heads(x), rtol=0, atol=0)
