@@ -17,7 +17,7 @@ LAYERS = [
     {"shapes", "ops", "audit"},
     {"capture"},
 ]
-LATER_STAGES = {"passes", "program", "runtime", "call_checks", "export", "draft", "check", "describe",
+LATER_STAGES = {"passes", "program", "runtime", "call_checks", "export", "split_export", "draft", "check", "describe",
                 "serde", "interop", "unflatten", "cli", "viewer"}
 
 
