@@ -110,8 +110,8 @@ def export(mod: torch.nn.Module | Callable, args: tuple, kwargs: dict | None = N
             # whose Python has effects is not run again for it
             ep = None if shapes is None or findings else export_with_split_branches(
                 fn, lambda: resolve(dynamic_shapes, args, kwargs, arg_names, input_paths(args, kwargs, arg_names)),
-                lambda program, shapes_: trace(shapes_, prove_locally=True, audit=PythonAudit(strict),
-                                               program=program),
+                lambda program, shapes_: trace(shapes_, prove_locally=True, program=program,
+                                               audit=PythonAudit(strict) if audit is not None else None),
                 lambda program, captured_, shapes_: _finish(
                     program, root, args, kwargs, captured_, shapes_,
                     lambda s, locations=True: trace(s, locations, program=program),
