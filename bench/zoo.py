@@ -296,6 +296,20 @@ def siglip_vision() -> Built:
 
 
 @_seeded
+def vit_interpolated() -> Built:
+    """ViT called with interpolate_pos_encoding=True and a dynamic image size: the position table
+    is used as is at its own size and interpolated at every other."""
+    from transformers import ViTConfig, ViTModel
+    cfg = ViTConfig(hidden_size=HIDDEN, intermediate_size=FFN, num_hidden_layers=LAYERS, num_attention_heads=HEADS,
+                    image_size=IMAGE, patch_size=16)
+    built = _images(ViTModel(cfg, add_pooling_layer=False), dynamic_size=True, size_multiple=16, other_size=96)
+    make, spec = built.make_inputs, built.dynamic_shapes
+    built.make_inputs = lambda **sizes: ((), {**make(**sizes)[1], "interpolate_pos_encoding": True})
+    built.dynamic_shapes = lambda dim: {**spec(dim), "interpolate_pos_encoding": None}
+    return built
+
+
+@_seeded
 def dinov2() -> Built:
     """DINOv2 with a dynamic image size: its position embeddings are interpolated to the patch grid."""
     from transformers import Dinov2Config, Dinov2Model
@@ -494,6 +508,7 @@ FAMILIES: dict[str, ZooModel] = {m.name: m for m in [
     ZooModel("swin_v2", "vision", swin_v2),
     ZooModel("siglip_vision", "vision", siglip_vision),
     ZooModel("dinov2", "vision", dinov2),
+    ZooModel("vit_interpolated", "vision", vit_interpolated),
     ZooModel("mamba2", "state-space", mamba2),
 ]}
 ALL_MODELS: dict[str, ZooModel] = {**MODELS, **FAMILIES}

@@ -19,7 +19,7 @@ LAYERS = [
     {"capture"},
     {"passes"},   # they take a program and return ep.replace(...): program.py sits above them
 ]
-LATER_STAGES = {"program", "runtime", "call_checks", "export", "draft", "check", "describe",
+LATER_STAGES = {"program", "runtime", "call_checks", "export", "split_export", "draft", "check", "describe",
                 "serde", "interop", "unflatten", "cli", "viewer", "experimental"}
 
 

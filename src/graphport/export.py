@@ -33,6 +33,7 @@ from .shapes.dims import AdditionalInputs, ShapesCollection
 from .shapes.spec import InputShapes, resolve
 from .shapes.torch_spec import from_torch
 from .shapes.unbacked import with_data_dependent
+from .split_export import export_with_split_branches
 
 log = logging.getLogger("graphport.export")
 shapes_log = logging.getLogger("graphport.shapes")
@@ -85,8 +86,8 @@ def export(mod: torch.nn.Module | Callable, args: tuple, kwargs: dict | None = N
             shapes = resolve(dynamic_shapes, args, kwargs, arg_names, input_paths(args, kwargs, arg_names))
 
     def trace(shapes_: InputShapes | None, locations: bool = True, prove_locally: bool = False,
-              audit: PythonAudit | None = None) -> Captured:
-        captured = capture(fn, args, kwargs, root, shapes_, locations=locations,
+              audit: PythonAudit | None = None, program: Callable = fn) -> Captured:
+        captured = capture(program, args, kwargs, root, shapes_, locations=locations,
                            preserve=tuple(preserve_module_call_signature), prove_locally=prove_locally,
                            audit=audit)
         eliminate_dead_code(captured.graph, captured.user_calls)
@@ -100,7 +101,21 @@ def export(mod: torch.nn.Module | Callable, args: tuple, kwargs: dict | None = N
                          len(captured.state_dict), len(captured.constants))
     findings = audit.findings if audit is not None else []
     try:
-        ep = _finish(fn, root, args, kwargs, captured, shapes, trace, preserve_module_call_signature, findings)
+        try:
+            ep = _finish(fn, root, args, kwargs, captured, shapes, trace, preserve_module_call_signature, findings)
+        except ConstraintViolationError:
+            # branches on size predicates the spec cannot decide, captured as conds; a program
+            # whose Python has effects is not run again for it
+            ep = None if shapes is None or findings else export_with_split_branches(
+                fn, lambda: resolve(dynamic_shapes, args, kwargs, arg_names, input_paths(args, kwargs, arg_names)),
+                lambda program, shapes_: trace(shapes_, prove_locally=True, program=program,
+                                               audit=PythonAudit(strict) if audit is not None else None),
+                lambda program, captured_, shapes_: _finish(
+                    program, root, args, kwargs, captured_, shapes_,
+                    lambda s, locations=True: trace(s, locations, program=program),
+                    preserve_module_call_signature, []))
+            if ep is None:
+                raise
     except GraphportError as err:
         err.python_effects = findings   # the program ran once with these; draft_export reads them
         raise

@@ -42,6 +42,20 @@ def narrow_min(x):
     return x - 1
 
 
+# The same guards where the sides return different structures: no cond can join them, so a
+# bounded range (where export would otherwise capture both sides as a cond) is still refused.
+def narrow_max_unjoinable(x):
+    if x.shape[0] <= 1024:  # GUARD-max-unjoinable
+        return x + 1
+    return x - 1, x
+
+
+def narrow_min_unjoinable(x):
+    if x.shape[0] > 5:  # GUARD-min-unjoinable
+        return x + 1
+    return x - 1, x
+
+
 def view_fixed(x):
     return x.view(3, -1)  # GUARD-view
 
@@ -118,12 +132,12 @@ def _d(api, name="s", **kw):
 REFUSED = {
     "narrow_max": (narrow_max, (X8,), lambda api: {"x": {0: _d(api)}},
                    ["s = Dim('s', max=1024)"], ["GUARD-narrow-max"]),
-    "narrow_min": (narrow_min, (X8,), lambda api: {"x": {0: _d(api, min=2, max=100)}},
-                   ["s = Dim('s', min=6, max=100)"], ["GUARD-narrow-min"]),
+    "narrow_min": (narrow_min_unjoinable, (X8,), lambda api: {"x": {0: _d(api, min=2, max=100)}},
+                   ["s = Dim('s', min=6, max=100)"], ["GUARD-min-unjoinable"]),
     "narrow_min_default_min": (narrow_min, (X8,), lambda api: {"x": {0: _d(api)}},
                                ["s = Dim('s', min=6)"], ["GUARD-narrow-min"]),
-    "narrow_max_below_declared_max": (narrow_max, (X8,), lambda api: {"x": {0: _d(api, max=2000)}},
-                                      ["s = Dim('s', max=1024)"], ["GUARD-narrow-max"]),
+    "narrow_max_below_declared_max": (narrow_max_unjoinable, (X8,), lambda api: {"x": {0: _d(api, max=2000)}},
+                                      ["s = Dim('s', max=1024)"], ["GUARD-max-unjoinable"]),
     "view_fixes_dim": (view_fixed, (torch.randn(3, 4),), lambda api: {"x": {0: _d(api)}},
                        ["s = 3"], ["GUARD-view"]),
     "reshape_fixes_dim": (reshape_fixed, (torch.randn(3, 4),), lambda api: {"x": {0: _d(api)}},

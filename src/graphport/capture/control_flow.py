@@ -27,6 +27,7 @@ import torch.fx as fx
 from .. import _torch
 from ..errors import ControlFlowError, OperatorError
 from ..ops.kinds import Kind, op_info
+from ..shapes.branch_facts import decide_given
 from ..shapes.expr import bounds
 from . import data_dependent
 from .data_dependent import bind_output_sizes
@@ -71,13 +72,14 @@ def capture_cond(mode, pred, true_fn: Callable, false_fn: Callable, operands=())
     true = trace_subgraph(mode, "true branch", true_fn, flat, outer, call)
     false = trace_subgraph(mode, "false branch", false_fn, flat, outer, call)
     _check_branches_agree(rec, true, false)
-    fresh = _branch_dependent_sizes(mode, true, false, known)
+    agreed = _SizesAgree(rec, pred.node.expr if is_sym(pred) else None)
+    fresh = _branch_dependent_sizes(mode, true, false, known, agreed)
     if not fresh:
-        _check_layouts_agree(rec, true, false)
+        _check_layouts_agree(rec, true, false, agreed)
     lifted = _lifted_union([true, false])
     true_attr = _attach(rec, "true_graph", finish_subgraph(true, lifted, rec))
     false_attr = _attach(rec, "false_graph", finish_subgraph(false, lifted, rec))
-    val = _cond_values(true, fresh)
+    val = _cond_values(true, false, fresh, agreed)
     node = rec.node(COND, (pred_arg, true_attr, false_attr, tuple(outer) + tuple(lifted)), {}, val)
     _finish_node(rec, node, (true_attr, false_attr))
     device = true.outputs[0].device if true.outputs else torch.device("cpu")
@@ -92,7 +94,35 @@ def _known_symbols(rec) -> int:
     return len(rec.sizes.env.unbacked.infos) if rec.sizes is not None else 0
 
 
-def _branch_dependent_sizes(mode, true: Subgraph, false: Subgraph, known: int) -> dict:
+class _SizesAgree:
+    """Whether a size (or stride) of a true-branch output and of the false-branch output agree
+    wherever the program can run, and which of the two the cond's output carries.
+
+    On a size predicate P, the true branch runs only where P holds: its size `a` and the
+    false branch's `b` agree when they are the same expression, or when P makes them equal
+    (`16` and `h*w` where P is `h*w == 16`); the output then carries `b`, which is right on
+    both sides. Symmetrically, `a` when not-P makes them equal."""
+
+    def __init__(self, rec, predicate: sympy.Basic | None):
+        self.rec = rec
+        self.predicate = predicate
+
+    def pick(self, a, b):
+        """The size the cond's output carries, or None where the branches disagree."""
+        if _same_size(self.rec, a, b):
+            return a
+        if self.predicate is None or self.rec.sizes is None:
+            return None
+        env = self.rec.sizes.env
+        equal = sympy.Eq(_expr(a), _expr(b))
+        if decide_given(equal, (self.predicate,) + env.branch_facts, env.ranges) is True:
+            return b
+        if decide_given(equal, (sympy.Not(self.predicate),) + env.branch_facts, env.ranges) is True:
+            return a
+        return None
+
+
+def _branch_dependent_sizes(mode, true: Subgraph, false: Subgraph, known: int, agreed: _SizesAgree) -> dict:
     """(output, dim) -> (fresh symbol, its SymInt) for each output size the branch taken
     decides: sizes that differ between the branches, and sizes computed inside a branch
     (data-dependent there). As torch does, each becomes a data-dependent size of the cond's
@@ -102,7 +132,7 @@ def _branch_dependent_sizes(mode, true: Subgraph, false: Subgraph, known: int) -
     fresh = {}
     for i, (a, b) in enumerate(zip(true.outputs, false.outputs)):
         for d, (sa, sb) in enumerate(zip(a.shape, b.shape)):
-            if _same_size(rec, sa, sb) and not (_symbols(sa) | _symbols(sb)) & inner:
+            if agreed.pick(sa, sb) is not None and not (_symbols(sa) | _symbols(sb)) & inner:
                 continue
             env = data_dependent.shape_env(mode)
             lows, highs = zip(*(bounds(_expr(s), env.ranges) for s in (sa, sb)))
@@ -131,13 +161,20 @@ def _require_contiguous(rec, sub: Subgraph, i: int) -> None:
         expected = expected * size
 
 
-def _cond_values(true: Subgraph, fresh: dict) -> tuple:
+def _cond_values(true: Subgraph, false: Subgraph, fresh: dict, agreed: _SizesAgree) -> tuple:
     """The cond node's `val`: the true branch's outputs, with each branch-dependent size
-    replaced by its fresh symbol."""
+    replaced by its fresh symbol, and each size or stride the predicate makes agree taken as
+    `agreed` picks it (the one valid on both sides)."""
     vals = []
-    for i, t in enumerate(true.outputs):
+    for i, (t, f) in enumerate(zip(true.outputs, false.outputs)):
         if not any(k[0] == i for k in fresh):
-            vals.append(t.gp_meta)
+            shape = [agreed.pick(a, b) for a, b in zip(t.shape, f.shape)]
+            stride = [agreed.pick(a, b) for a, b in zip(t.stride(), f.stride())]
+            if list(shape) == list(t.shape) and list(stride) == list(t.stride()):
+                vals.append(t.gp_meta)
+            else:
+                vals.append(torch.empty_strided(shape, [s if s is not None else ts for s, ts in
+                                                        zip(stride, t.stride())], dtype=t.dtype, device="meta"))
             continue
         shape = [fresh[(i, d)][1] if (i, d) in fresh else s for d, s in enumerate(t.shape)]
         vals.append(torch.empty(shape, dtype=t.dtype, device="meta"))
@@ -401,13 +438,13 @@ def _computed_alias(scope: Scope, t: TracerTensor, root: TracerTensor) -> bool:
             and op_info(own.target).kind is not Kind.VIEW)
 
 
-def _check_layouts_agree(rec, true: Subgraph, false: Subgraph) -> None:
+def _check_layouts_agree(rec, true: Subgraph, false: Subgraph, agreed: _SizesAgree) -> None:
     """Code after the cond is captured with the true branch's strides (they decide later
     view-or-copy choices); the false branch must give the same layout, or a view the
     capture chose could fail on its output at run time."""
     for i, (a, b) in enumerate(zip(true.outputs, false.outputs)):
         for d, (sa, sb, size) in enumerate(zip(a.stride(), b.stride(), a.shape)):
-            if not _same_size(rec, size, 1) and not _same_size(rec, sa, sb):
+            if not _same_size(rec, size, 1) and agreed.pick(sa, sb) is None:
                 raise ControlFlowError(
                     f"torch.cond's branches return output {i} with different memory layouts: strides "
                     f"{list(a.stride())} from the {true.role}, {list(b.stride())} from the {false.role}",

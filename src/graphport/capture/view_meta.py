@@ -48,8 +48,10 @@ def view_meta(func, args: tuple, kwargs: dict) -> torch.Tensor | None:
             known = known * _expr(s)
     sizes: list[Any] = list(shape)
     if inferred:
-        quotient = numel / known
-        if not env.proves(sympy.Gt(known, 0)) or sympy.fraction(sympy.factor_terms(quotient))[1] != 1:
+        # the quotient with its common factors cancelled: expanding `(64*s + 64)/(16*s + 16)`
+        # without cancelling would leave a size that is a sum of fractions
+        quotient = sympy.factor_terms(numel / known)
+        if not env.proves(sympy.Gt(known, 0)) or sympy.fraction(quotient)[1] != 1:
             return None   # an ambiguous -1 at no elements (eager raises), or not an exact quotient
         sizes[inferred[0]] = symint(sympy.expand(quotient), env)
     elif not _equal(known, numel):

@@ -211,8 +211,8 @@ def compare(graph: fx.Graph, pinned: fx.Graph, pins: dict,
     ours = [n for n in graph.nodes if n.op == "call_function" and not _is_size(n)]
     theirs = [n for n in pinned.nodes if n.op == "call_function" and not _is_size(n)]
     match = _Correspondence()
-    a_in = [n for n in graph.nodes if n.op == "placeholder"]
-    b_in = [n for n in pinned.nodes if n.op == "placeholder"]
+    a_in = [n for n in graph.nodes if n.op == "placeholder" and not (positional and _is_size(n))]
+    b_in = [n for n in pinned.nodes if n.op == "placeholder" and not (positional and _is_size(n))]
     if len(a_in) != len(b_in) or (not positional and [n.name for n in a_in] != [n.name for n in b_in]):
         return "the inputs differ", None
     match.ours.update(zip(a_in, b_in))
@@ -275,9 +275,18 @@ def _same_call(a: fx.Node, b: fx.Node, match: _Correspondence, pins) -> bool:
     metadata says (it was worked out under the capture's assumptions)."""
     if _EQUIVALENT.get(a.target, a.target) != _EQUIVALENT.get(b.target, b.target):
         return _empty_alike(a, b, pins)
+    if a.target is torch.ops.higher_order.cond and len(a.args) == len(b.args) == 4:
+        # a size the pins fix is a constant in the pinned trace, so its branches do not lift it:
+        # the operands are compared without sizes, which the branches compare by value
+        return (_same(a.args[:3], b.args[:3], match, pins)
+                and _same(_tensor_operands(a.args[3]), _tensor_operands(b.args[3]), match, pins))
     if _same(a.args, b.args, match, pins) and _same(a.kwargs, b.kwargs, match, pins):
         return True
     return _same_result_regardless(a, b, match, pins)
+
+
+def _tensor_operands(operands) -> list:
+    return [o for o in operands if not (isinstance(o, fx.Node) and _is_size(o)) and not isinstance(o, (int, float, bool))]
 
 
 # Operators that compute the same values (they differ in aliasing rules only).

@@ -21,6 +21,7 @@ import sympy
 
 from ..errors import UnsupportedFeatureError
 from ..source import SourceLocation, innermost_user_location
+from .branch_facts import decide_given
 from .expr import ValueRange, decide
 from .unbacked import Unbacked, needs_value, undecidable
 
@@ -40,6 +41,17 @@ class ChoiceUndecided(Exception):
     def __init__(self, question: sympy.Basic):
         super().__init__(str(question))
         self.question = question
+
+
+class BranchUndecided(Exception):
+    """A branch question about input sizes that the ranges do not settle, asked while export
+    captures such branches as a cond (export's branch_splits): the capture is made again
+    with the program run once on each side of it."""
+
+    def __init__(self, question: sympy.Basic, location: SourceLocation | None):
+        super().__init__(str(question))
+        self.question = question
+        self.location = location
 
 
 @dataclass
@@ -86,6 +98,13 @@ class ShapeEnv:
     # while a view-or-copy call that can be made again on a copy runs: a question about input
     # sizes nothing settles raises ChoiceUndecided instead of becoming a guard
     copy_if_undecided: bool = False
+    # while one side of a branch captured as a cond is traced: the relations that hold there
+    # (the predicate, or its negation), which settle the questions that follow from them
+    branch_facts: tuple = ()
+    # while export captures undecided branches as conds: told each undecided branch question
+    # (`splitting.undecided(rel, location)`), it raises BranchUndecided, or returns when no
+    # further split is allowed and the question becomes a guard as usual
+    splitting: Any = None
 
     def share_caches(self, other: "ShapeEnv") -> None:
         """Reuse `other`'s caches of pure answers (a re-trace of the same program: most of
@@ -170,6 +189,11 @@ class ShapeEnv:
                             self.assumption_sites[sym] = location or innermost_user_location()
                 return found
         found = self.unbacked.decide(rel, self.ranges) if self.unbacked.facts else None
+        if found is None and self.branch_facts:
+            key = (rel, self.branch_facts)
+            found = self._decisions.get(key, _UNSET)
+            if found is _UNSET:
+                found = self._decisions[key] = decide_given(rel, self.branch_facts, self.ranges)
         if found is None and self.undecided is not None:
             self.undecided.append(rel)
         return found
@@ -246,8 +270,10 @@ class ShapeEnv:
 
     # -- guards -------------------------------------------------------------------------
 
-    def evaluate(self, rel: sympy.Basic, location: SourceLocation | None = None) -> bool:
-        """Answer a question about sizes, recording a guard when the ranges do not settle it."""
+    def evaluate(self, rel: sympy.Basic, location: SourceLocation | None = None, branch: bool = False) -> bool:
+        """Answer a question about sizes, recording a guard when the ranges do not settle it.
+        `branch`: the program branches on the answer (a Python bool), so while export splits
+        undecided branches, the question may be split on instead (BranchUndecided)."""
         rel = self.simplify(rel)
         if rel is sympy.true or rel is sympy.false:
             return bool(rel)
@@ -261,6 +287,8 @@ class ShapeEnv:
             return answer
         if self.copy_if_undecided:
             raise ChoiceUndecided(rel)
+        if branch and self.splitting is not None and rel.free_symbols <= self.symbols.keys():
+            self.splitting.undecided(rel, location or innermost_user_location())
         self._asked[rel] = asked = self._asked.get(rel, 0) + 1
         if asked > _MAX_REPEATS:
             raise UnsupportedFeatureError(

@@ -518,7 +518,7 @@ class SymNode:
 
     def guard_bool(self, file: str = "", line: int = 0) -> bool:
         if self.recipe is None or self.exact:
-            return self.env.evaluate(self.expr)
+            return self.env.evaluate(self.expr, branch=True)
         found = decide_float_relation(self, self.env)
         if found is not None:
             return found
