@@ -153,7 +153,8 @@ def _finish(fn, root, args, kwargs, captured: Captured, shapes: InputShapes | No
             state_dict=captured.state_dict,
             module_call_graph=call_graph, example_inputs=(args, kwargs), constants=captured.constants,
             input_paths=captured.input_paths, input_aliases=captured.input_aliases, shape_contract=contract,
-            shape_env=captured.shape_env, shape_report=list(shapes.specialized) if shapes is not None else [], python_effects=findings)
+            shape_env=captured.shape_env, shape_report=list(shapes.specialized) if shapes is not None else [],
+            python_effects=findings)
 
 
 @contextlib.contextmanager
