@@ -130,7 +130,7 @@ def _symbols_made_by(gm: fx.GraphModule, env) -> dict[fx.Node, list]:
                 if is_sym(size):
                     found.update(s for s in env.unbacked.involved(size.node.expr) if s not in seen)
         if found:
-            made[node] = sorted(found, key=lambda s: int(s.name[1:]))
+            made[node] = env.table.in_order(found)
             seen |= found
     return made
 
