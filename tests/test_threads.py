@@ -66,9 +66,9 @@ def _cases():
     }
 
 
-def _work(case: tuple) -> dict:
-    """Export, print, save/load and lower one case (its own copy of the model); what each step
-    gives, as text and values."""
+def _work(case: tuple, shared) -> dict:
+    """Export, print, save/load and lower one case (its own copy of the model), and print a
+    program every thread prints; what each step gives, as text and values."""
     model, example, dynamic, fresh = case
     ep = gp.export(copy.deepcopy(model), example, dynamic_shapes=dynamic)
     buffer = io.BytesIO()
@@ -78,11 +78,15 @@ def _work(case: tuple) -> dict:
     lowered = ep.run_decompositions()
     with torch.no_grad():
         outputs = [torch.utils._pytree.tree_leaves(p.module()(*fresh)) for p in (ep, loaded, lowered)]
-    return {"exported": str(ep), "loaded": str(loaded), "lowered": str(lowered), "outputs": outputs}
+    return {"exported": str(ep), "loaded": str(loaded), "lowered": str(lowered), "outputs": outputs,
+            "shared": str(shared) + shared.module().print_readable(print_output=False)}
+
+
+_TEXTS = ("exported", "loaded", "lowered", "shared")
 
 
 def _same(a: dict, b: dict) -> bool:
-    return all(a[k] == b[k] for k in ("exported", "loaded", "lowered")) and all(
+    return all(a[k] == b[k] for k in _TEXTS) and all(
         len(x) == len(y) and all(torch.equal(u, v) for u, v in zip(x, y)) for x, y in zip(a["outputs"], b["outputs"]))
 
 
@@ -107,7 +111,10 @@ def _global_state() -> dict:
 def test_threads_export_load_and_lower_as_alone_and_change_no_global_state():
     cases = _cases()
     names = list(cases)
-    alone = {name: _work(cases[name]) for name in names}
+    model, example, dynamic, _ = cases["attention"]
+    shared = gp.export(model, example, dynamic_shapes=dynamic)
+    values = [type(n.meta.get("val")) for n in shared.graph.nodes]
+    alone = {name: _work(cases[name], shared) for name in names}
     expected = _global_state()
     changed: list[str] = []
     results: list[tuple[str, dict]] = []
@@ -127,7 +134,7 @@ def test_threads_export_load_and_lower_as_alone_and_change_no_global_state():
             for r in range(ROUNDS):
                 for i in range(len(names)):
                     name = names[(i + offset + r) % len(names)]
-                    results.append((name, _work(cases[name])))
+                    results.append((name, _work(cases[name], shared)))
         except BaseException as e:   # reported by the main thread
             errors.append(e)
 
@@ -145,6 +152,7 @@ def test_threads_export_load_and_lower_as_alone_and_change_no_global_state():
     assert not changed, sorted(set(changed))
     different = sorted({(name, _what_differs(got, alone[name])) for name, got in results if not _same(got, alone[name])})
     assert not different, f"done in threads, these differ from the same work done alone: {different}"
+    assert [type(n.meta.get("val")) for n in shared.graph.nodes] == values   # printing left its metadata as it was
 
 
 @pytest.mark.xfail(strict=True, reason="lowering an LSTM turns torch's process-wide mkldnn and nnpack flags off "
@@ -168,5 +176,5 @@ def test_lowering_in_a_thread_leaves_the_cpu_backend_flags_alone():
 
 
 def _what_differs(a: dict, b: dict) -> str:
-    texts = [k for k in ("exported", "loaded", "lowered") if a[k] != b[k]]
+    texts = [k for k in _TEXTS if a[k] != b[k]]
     return ", ".join(texts) or "outputs"
