@@ -18,7 +18,6 @@ from typing import Any, Callable
 import torch
 
 from . import progress
-from ._gc import cycle_collection_paused
 from .capture import Captured, argument_names, capture, input_paths, program_module
 from .capture.pinned_metadata import proven_by_metadata
 from .audit import PythonAudit, PythonEffect, PythonEffectWarning
@@ -41,7 +40,6 @@ capture_log = logging.getLogger("graphport.capture")
 _STAGES = 5   # resolve, capture, shapes, program, verify: the steps progress counts
 
 
-@cycle_collection_paused()
 def export(mod: torch.nn.Module | Callable, args: tuple, kwargs: dict | None = None, *,
            dynamic_shapes: Any = None, strict: bool = False,
            preserve_module_call_signature: tuple[str, ...] = (),

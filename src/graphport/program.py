@@ -19,7 +19,7 @@ import torch.fx as fx
 
 from . import _torch
 from .errors import UnsupportedFeatureError, UnsupportedInputError
-from .values import finish_metadata, plain_values
+from .values import finish_metadata, plain_copy
 from .passes.verifier import TrainingIRVerifier, Verifier
 from .shapes.contract import ShapeContract
 from .shapes.env import ShapeEnv
@@ -180,8 +180,9 @@ class ExportedProgram:
 
     def __str__(self) -> str:
         names = self.shape_contract.display_symbols() if self.shape_contract is not None else {}
-        with plain_values(self.graph_module), display_names(names):
-            body = self.graph_module.print_readable(print_output=False, colored=False).replace("\n", "\n    ")
+        with display_names(names):
+            body = plain_copy(self.graph_module).print_readable(print_output=False, colored=False).replace(
+                "\n", "\n    ")
         signature = str(self.graph_signature).replace("\n", "\n    ")
         ranges = {sympy.sympify(k).xreplace(names): v for k, v in self.range_constraints.items()}
         return (f"ExportedProgram:\n    {body}\nGraph signature: \n    {signature}\n"

@@ -21,7 +21,7 @@ import torch.fx as fx
 from . import _torch
 from .call_checks import build_input_checker, build_output_builder
 from .errors import InputGuardError, InputStructureError, RuntimeCheckError
-from .values import plain_values
+from .values import plain_copy
 from .shapes.contract import ComputedValue
 from .shapes.unbacked import ASSERT_PREFIX
 from .signature import ConstantArgument, InputKind, OutputKind, SymIntArgument
@@ -260,8 +260,7 @@ class ExportedModule(fx.GraphModule):
         return flat, False
 
     def print_readable(self, *args, **kwargs):
-        with plain_values(self):
-            return super().print_readable(*args, **kwargs)
+        return plain_copy(self).print_readable(*args, **kwargs)
 
     def _graphport_outputs(self, outputs: Any) -> Any:
         return self._build_outputs(outputs)

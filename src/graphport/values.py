@@ -8,8 +8,8 @@ recorded device, still computing on the meta device when an operator is applied 
 """
 from __future__ import annotations
 
-import contextlib
-from typing import Any, Iterator
+import copy
+from typing import Any
 
 import torch
 import torch.fx as fx
@@ -114,19 +114,27 @@ def _memory_format(val: torch.Tensor) -> torch.memory_format | None:
     return None
 
 
-@contextlib.contextmanager
-def plain_values(gm: fx.GraphModule) -> Iterator[None]:
-    """fx prints annotations plainly (`f32[2, 3]`) only for plain and fake tensors; while
-    printing, each value is shown by its meta twin (same sizes and dtype)."""
-    saved = []
-    for graph_module in [gm, *(m for m in gm.modules() if isinstance(m, fx.GraphModule) and m is not gm)]:
-        for node in graph_module.graph.nodes:
-            val = node.meta.get("val")
-            if isinstance(val, RuntimeValue):
-                saved.append((node, val))
-                node.meta["val"] = val.gp_meta
-    try:
-        yield
-    finally:
-        for node, val in saved:
-            node.meta["val"] = val
+def graph_copy(graph: fx.Graph) -> fx.Graph:
+    """A copy of `graph` to change without touching it: new nodes with the same names and new
+    metadata dicts holding the same values (fx's own copy renames a node called like a
+    builtin, `input`)."""
+    copied = copy.deepcopy(graph)
+    for source, node in zip(graph.nodes, copied.nodes):
+        node.name = source.name
+    return copied
+
+
+def plain_copy(gm: fx.GraphModule) -> fx.GraphModule:
+    """A copy of `gm` to print, its subgraphs' too: fx prints annotations plainly (`f32[2, 3]`)
+    only for plain and fake tensors, so each value of the copy is its meta twin (same sizes
+    and dtype). `gm` itself is not touched: another thread may be reading its metadata."""
+    graph = graph_copy(gm.graph)
+    for node in graph.nodes:
+        val = node.meta.get("val")
+        if isinstance(val, RuntimeValue):
+            node.meta["val"] = val.gp_meta
+    shown = fx.GraphModule(gm, graph, class_name=gm._get_name())
+    for name, child in gm.named_children():
+        if isinstance(child, fx.GraphModule):
+            setattr(shown, name, plain_copy(child))
+    return shown

@@ -93,7 +93,7 @@ def replay(gm: fx.GraphModule, policy: DispatchPolicy, inputs: ReplayInputs) -> 
     made_here = {sym for node, symbols in made_by.items() if node.op != "placeholder" for sym in symbols}
     report = None
     with capture_environment(None, symbolic=inputs.env is not None, autograd=inputs.gradients is not None), \
-            _portable_decompositions(), _data_dependent_symbols_of(rec, inputs.env, made_here), \
+            _portable_decompositions(gm), _data_dependent_symbols_of(rec, inputs.env, made_here), \
             CaptureMode(rec, policy):
         last_meta: dict = {}
         for node in gm.graph.nodes:
@@ -160,7 +160,7 @@ def _symbols_made_by(gm: fx.GraphModule, env) -> dict[fx.Node, list]:
                 if is_sym(size):
                     found.update(s for s in env.unbacked.involved(size.node.expr) if s not in seen)
         if found:
-            made[node] = sorted(found, key=lambda s: int(s.name[1:]))
+            made[node] = env.table.in_order(found)
             seen |= found
     return made
 
@@ -208,11 +208,22 @@ def _keep_binding_names(rec: Recorder, bound: dict) -> None:
             taken.add(_torch.rename_node(node, name))
 
 
+# Operators whose composite kernel picks a CPU backend's kernel (mkldnn) when torch's
+# process-wide flag enables it: lstm lowers to `mkldnn_rnn_layer`. (Convolutions, linear, GRU,
+# RNN and attention lower the same either way.)
+_BACKEND_DEPENDENT = frozenset({torch.ops.aten.lstm.input, torch.ops.aten.lstm.data})
+
+
 @contextlib.contextmanager
-def _portable_decompositions():
+def _portable_decompositions(gm: fx.GraphModule):
     """Decompositions that pick a CPU backend's kernel (mkldnn, nnpack) when it is enabled
     pick the portable ATen form instead, as torch's lowering does: a Core ATen program must
-    not depend on the backend of the machine that lowered it."""
+    not depend on the backend of the machine that lowered it. torch has no per-thread switch,
+    so the process-wide flags are turned off only while a graph holding such an operator is
+    lowered; every other lowering leaves them alone (other threads' kernels read them)."""
+    if not any(node.target in _BACKEND_DEPENDENT for node in gm.graph.nodes):
+        yield
+        return
     with _torch.cpu_backend_kernels(enabled=False):
         yield
 

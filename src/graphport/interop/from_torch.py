@@ -152,8 +152,8 @@ def _declare(env: ShapeEnv, contract: ShapeContract, tep: texport.ExportedProgra
             hint = (int(flat[src.index].shape[src.dim]) - src.offset) // src.coeff
         if hint is None or not fact.range.contains(hint):
             hint = int(min(max(fact.range.lower, 2), fact.range.upper))
-        env.symbols[sym] = SymbolInfo(sym, hint, fact.range, fact.name, (src.index, src.dim),
-                                      source_affine=(src.coeff, src.offset))
+        env.add_symbol(SymbolInfo(sym, hint, fact.range, fact.name, (src.index, src.dim),
+                                  source_affine=(src.coeff, src.offset)))
 
 
 # -- values ---------------------------------------------------------------------------------------

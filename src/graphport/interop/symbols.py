@@ -22,11 +22,9 @@ _RELATIONS = (sympy.Eq, sympy.Ne, sympy.Lt, sympy.Le, sympy.Gt, sympy.Ge)
 _LOGIC = (sympy.And, sympy.Or, sympy.Not)
 
 
-def torch_symbol(name: str) -> sympy.Symbol:
-    """A symbol as torch's shape environment makes it: sizes `s*` are positive integers,
-    data-dependent `u*` integers (torch's own naming, so its passes classify them)."""
-    if name.startswith("u"):
-        return sympy.Symbol(name, integer=True)
+def torch_size_symbol(name: str) -> sympy.Symbol:
+    """An input size symbol as torch's shape environment makes it: a positive integer.
+    (torch makes its data-dependent symbols itself, see interop/to_torch.py.)"""
     return sympy.Symbol(name, positive=True, integer=True)
 
 

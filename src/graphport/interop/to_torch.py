@@ -33,7 +33,8 @@ from ..program import ExportedProgram, ModuleCallEntry
 from ..pytree import flatten_with_paths
 from ..shapes.contract import ComputedValue, InputDimension, ShapeContract, SymbolFact
 from ..shapes.expr import INF, ValueRange
-from .symbols import SymbolMap, range_to_torch, torch_symbol
+from ..shapes.symbols import name_number
+from .symbols import SymbolMap, range_to_torch, torch_size_symbol
 from .training_ir import drop_unserializable_meta, to_training_ir
 
 CONTRACT_META_KEY = "graphport_shape_contract"   # graph_module.meta: our contract, for from_torch
@@ -127,7 +128,7 @@ def _declare_symbols(ep: ExportedProgram, contract: ShapeContract, shape_env: Sh
         src = fact.source
         source = (_InputSource(paths[src.index]) if src.dim is None   # a dynamic int: the input itself
                   else TensorPropertySource(_InputSource(paths[src.index]), TensorProperty.SIZE, src.dim))
-        theirs = torch_symbol(sym.name)
+        theirs = torch_size_symbol(sym.name)
         shape_env.add_backed_var_to_val(theirs, _hint(fact, src, flat_examples))
         shape_env.var_to_range[theirs] = range_to_torch(valid_range(fact))
         shape_env.var_to_range_sloc[theirs] = ValueRangesSLoc(shape_env._get_sloc(), shape_env._get_sloc())
@@ -135,18 +136,13 @@ def _declare_symbols(ep: ExportedProgram, contract: ShapeContract, shape_env: Sh
         shape_env.source_to_var[source.name] = theirs
         shape_env.symbol_guard_counter[theirs] = 0
         symbols.bind(sym, theirs)
-    for fact in sorted(computed, key=lambda f: _index(f.symbol)):
-        shape_env.unbacked_symint_counter = max(shape_env.unbacked_symint_counter, _index(fact.symbol))
+    for fact in sorted(computed, key=lambda f: name_number(f.symbol)):
+        shape_env.unbacked_symint_counter = max(shape_env.unbacked_symint_counter, name_number(fact.symbol))
         theirs = shape_env.create_unbacked_symint().node.expr
         shape_env.var_to_range[theirs] = range_to_torch(fact.range)
         symbols.bind(fact.symbol, theirs)
     # bound below, by the node that computes each (meta["unbacked_bindings"])
     shape_env.pending_fresh_unbacked_symbols.clear()
-
-
-def _index(sym: sympy.Symbol) -> int:
-    digits = sym.name.lstrip("abcdefghijklmnopqrstuvwxyz_")
-    return int(digits) if digits.isdigit() else 0
 
 
 def _hint(fact: SymbolFact, src: InputDimension, flat_examples: list | None) -> int:
@@ -209,7 +205,7 @@ def _add_input_guards(shape_env: ShapeEnv, contract: ShapeContract, symbols: Sym
 
     def size(index: int, dim: int) -> sympy.Symbol:
         if (index, dim) not in by_dim:
-            sym = torch_symbol(f"s_input{index}_dim{dim}")
+            sym = torch_size_symbol(f"s_input{index}_dim{dim}")
             shape_env.var_to_sources[sym] = [TensorPropertySource(_InputSource(paths[index]), TensorProperty.SIZE, dim)]
             by_dim[index, dim] = sym
         return by_dim[index, dim]

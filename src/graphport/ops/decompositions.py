@@ -14,7 +14,7 @@ them the user deleted and adds the rest when it is used (`materialize`).
 """
 from __future__ import annotations
 
-from functools import lru_cache
+import threading
 from typing import Any, Callable
 
 import torch
@@ -135,8 +135,31 @@ def default_decompositions() -> DecompositionTable:
     return DecompositionTable()
 
 
-@lru_cache(maxsize=1)
-def _aten_table() -> tuple[tuple[Any, Callable], ...]:
+class _AtenTable:
+    """The default table's ATen entries, made again whenever torch's decomposition table (which
+    `torch._decomp.register_decomposition` and the user may change at any time) differs from
+    the one they were made from. One lock: threads lowering at once make it once."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._source: dict | None = None       # torch's table as it was when `_made` was made
+        self._made: tuple[dict, frozenset] = ({}, frozenset())
+
+    def current(self) -> tuple[dict, frozenset]:
+        """(op -> decomposition, the ops) as torch's table stands now; the dict is not to be changed."""
+        theirs = _torch.decomposition_table()
+        with self._lock:
+            if self._source != theirs:   # same keys, same functions (a dict comparison: identity first)
+                self._source = dict(theirs)
+                entries = _make_aten_table()
+                self._made = (entries, frozenset(entries))
+            return self._made
+
+
+_ATEN = _AtenTable()
+
+
+def _make_aten_table() -> dict:
     entries = dict(_torch.core_aten_decompositions())
     # composites with a C++ kernel, and those whose kernel torch registers in Python
     python_composites = [op for op in _torch.decomposition_table() if isinstance(op, _torch.OpOverload)
@@ -144,7 +167,7 @@ def _aten_table() -> tuple[tuple[Any, Callable], ...]:
     for op in composite_ops(aten_only=True) + python_composites:
         if op not in _PRESERVED_COMPOSITES and op not in entries:
             entries[op] = composite_decomposition(op)
-    return tuple(entries.items())
+    return entries
 
 
 def lowerable(op: _torch.OpOverload) -> bool:
@@ -152,13 +175,12 @@ def lowerable(op: _torch.OpOverload) -> bool:
     return _torch.is_composite_implicit(op) or op in _aten_keys()
 
 
-@lru_cache(maxsize=1)
 def _aten_keys() -> frozenset:
-    return frozenset(op for op, _ in _aten_table())
+    return _ATEN.current()[1]
 
 
 def _aten_defaults() -> dict:
-    return dict(_aten_table())
+    return dict(_ATEN.current()[0])
 
 
 def _is_aten(op) -> bool:

@@ -103,12 +103,16 @@ ALIASING_COMPOSITES: dict[Any, Callable[..., Aliasing | None]] = {
 EXPORT_DEFAULT = DispatchPolicy()
 
 
-@lru_cache(maxsize=None)
 def python_decomposition(op) -> Callable[..., Any] | None:
-    """A Python implementation of `op` written against symbolic sizes, or None."""
+    """A Python implementation of `op` written against symbolic sizes, or None. torch's
+    decomposition table is read on every call (it may change: register_decomposition); only
+    the lookup of torch's references, which are fixed when torch is imported, is cached."""
     found = _torch.decomposition_table().get(op)
-    if found is not None:
-        return found
+    return found if found is not None else _python_reference(op)
+
+
+@lru_cache(maxsize=None)
+def _python_reference(op) -> Callable[..., Any] | None:
     ref = _torch.python_reference(op)
     if ref is None or not callable(ref) or op._schema.is_mutable:
         return None

@@ -27,7 +27,6 @@ from ..errors import UnsupportedFeatureError
 from ..ops.decompositions import DecompositionTable, TablePolicy, default_decompositions
 from ..signature import (ConstantArgument, ExportGraphSignature, InputKind, InputSpec, OutputSpec, SymBoolArgument,
                          SymFloatArgument, SymIntArgument, TensorArgument)
-from .._gc import cycle_collection_paused
 from .lowering_sizes import LoweredValidity, lowered_validity
 from .verifier import CoreATenVerifier, Verifier
 
@@ -40,7 +39,6 @@ pytree = _torch.pytree
 _SYMBOLIC_ARGUMENTS = {torch.SymInt: SymIntArgument, torch.SymFloat: SymFloatArgument, torch.SymBool: SymBoolArgument}
 
 
-@cycle_collection_paused()
 def run_decompositions(ep: ExportedProgram, decomp_table: dict[Any, Callable] | None = None,
                        decompose_custom_triton_ops: bool = False) -> ExportedProgram:
     """A new program computing what `ep` does, with the operators of `decomp_table`

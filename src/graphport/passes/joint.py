@@ -28,7 +28,6 @@ from typing import TYPE_CHECKING
 import torch
 import torch.fx as fx
 
-from .._gc import cycle_collection_paused
 from ..capture.gradients import GradientReport, GradientRequest
 from ..capture.replay import replay
 from ..errors import UnsupportedFeatureError, UserError
@@ -57,7 +56,6 @@ def _joint_table() -> dict:
     return table.materialize()
 
 
-@cycle_collection_paused()
 def export_forward_backward(ep: ExportedProgram, joint_loss_index: int = 0) -> ExportedProgram:
     """A new program computing `ep`'s outputs and the gradients of its user output number
     `joint_loss_index` (a scalar) with respect to the parameters that require grad and the

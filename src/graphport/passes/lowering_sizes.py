@@ -13,9 +13,8 @@ runs a graph the proof did not see.
 """
 from __future__ import annotations
 
-import contextlib
 from dataclasses import dataclass
-from typing import Callable, Iterator
+from typing import Callable
 
 import sympy
 import torch
@@ -26,6 +25,7 @@ from ..shapes.env import ShapeEnv
 from ..shapes.node import symint
 from ..shapes.spec import InputShapes
 from ..signature import InputKind
+from ..values import graph_copy
 from .small_sizes import prove_small_sizes
 
 
@@ -57,8 +57,7 @@ def lowered_validity(ep, env: ShapeEnv, assumed: list[tuple[sympy.Symbol, int]],
     shapes = _input_shapes(ep.graph, user, env)
 
     def retrace(pinned: InputShapes, locations: bool = True):
-        with _inputs_pinned(ep.graph_module, user, pinned) as program:
-            return lower_again(program, pinned.env)
+        return lower_again(_inputs_pinned(ep.graph_module, user, pinned), pinned.env)
 
     report = prove_small_sizes(retrace, shapes, lowered, constants, only=set(below))
     valid_from = {}
@@ -86,25 +85,21 @@ def _input_shapes(graph: fx.Graph, user: list[str], env: ShapeEnv) -> InputShape
     return InputShapes(env, sizes, scalars=scalars)
 
 
-@contextlib.contextmanager
-def _inputs_pinned(gm: fx.GraphModule, user: list[str], pinned: InputShapes) -> Iterator[fx.GraphModule]:
-    """The program with its user inputs' recorded values at the pinned sizes (laid out in the
-    same stride order), restored on exit. Only the inputs change: a replay recomputes every
-    other node from its arguments."""
-    by_name = {n.name: n for n in gm.graph.nodes if n.op == "placeholder"}
-    saved = {name: by_name[name].meta.get("val") for name in user}
-    try:
-        for i, name in enumerate(user):
-            val = saved[name]
-            if isinstance(val, torch.Tensor) and i in pinned.sizes:
-                by_name[name].meta["val"] = laid_out(pinned.sizes[i], [_hint(s) for s in val.stride()], val.dtype,
-                                                       pinned.env)
-            elif isinstance(val, torch.SymInt) and i in pinned.scalars:
-                by_name[name].meta["val"] = symint(pinned.scalars[i], pinned.env)
-        yield gm
-    finally:
-        for name, val in saved.items():
-            by_name[name].meta["val"] = val
+def _inputs_pinned(gm: fx.GraphModule, user: list[str], pinned: InputShapes) -> fx.GraphModule:
+    """A copy of the program whose user inputs' recorded values are at the pinned sizes (laid
+    out in the same stride order). Only the inputs change: a replay recomputes every other
+    node from its arguments. The program itself is not touched (another thread may be
+    printing, saving or lowering it)."""
+    graph = graph_copy(gm.graph)
+    by_name = {n.name: n for n in graph.nodes if n.op == "placeholder"}
+    for i, name in enumerate(user):
+        val = by_name[name].meta.get("val")
+        if isinstance(val, torch.Tensor) and i in pinned.sizes:
+            by_name[name].meta["val"] = laid_out(pinned.sizes[i], [_hint(s) for s in val.stride()], val.dtype,
+                                                   pinned.env)
+        elif isinstance(val, torch.SymInt) and i in pinned.scalars:
+            by_name[name].meta["val"] = symint(pinned.scalars[i], pinned.env)
+    return fx.GraphModule(gm, graph, class_name=gm._get_name())
 
 
 def _hint(size) -> int:

@@ -78,9 +78,11 @@ _BINDERS = frozenset({torch.ops.aten.item.default, torch.ops.aten._local_scalar_
 
 
 def _unbacked_names(val) -> set[str]:
-    if isinstance(val, (torch.SymInt, torch.SymFloat, torch.SymBool)):
-        expr = getattr(val.node, "expr", None)
-        return {s.name for s in getattr(expr, "free_symbols", ()) if s.name.startswith("u")}
+    """The data-dependent symbols of a symbolic value: every symbol its shape environment did
+    not make as an input size (a converted program's environment knows only its inputs)."""
+    env = getattr(getattr(val, "node", None), "env", None)
+    if isinstance(val, (torch.SymInt, torch.SymFloat, torch.SymBool)) and env is not None:
+        return {s.name for s in getattr(val.node.expr, "free_symbols", ()) if not env.table.is_input(s)}
     return set()
 
 

@@ -20,7 +20,6 @@ import torch
 from safetensors.torch import load_file
 
 from .. import progress
-from .._gc import cycle_collection_paused
 from ..errors import ArtifactError, GraphportError
 from ..program import ExportedProgram
 from .archive import ArchiveReader, ArchiveWriter, dump_json
@@ -47,12 +46,11 @@ def save(ep: ExportedProgram, f: PathOrFile, *, extra_files: dict[str, str | byt
     extras = _extra_bytes(extra_files or {})
     start = time.perf_counter()
     table = TensorTable()
-    with cycle_collection_paused():
-        content = program_to_json(ep, table, sorted(extras))
-        if table.data:
-            content["weight_checksums"] = checksums(
-                {key: (lambda t=tensor: stored_bytes(t)) for key, tensor in table.data.items()})
-        doc = dump_json(content)
+    content = program_to_json(ep, table, sorted(extras))
+    if table.data:
+        content["weight_checksums"] = checksums(
+            {key: (lambda t=tensor: stored_bytes(t)) for key, tensor in table.data.items()})
+    doc = dump_json(content)
     if isinstance(f, (str, os.PathLike)):
         _atomic_write(os.fspath(f), lambda out: _write(out, doc, table, extras))
     else:
@@ -120,7 +118,6 @@ def _file_mode(path: str) -> int:
         return 0o666 & ~mask
 
 
-@cycle_collection_paused()
 def load(f: PathOrFile, *, extra_files: dict[str, Any] | None = None,
          weights: dict[str, torch.Tensor] | str | os.PathLike | None = None,
          check_weights: bool = True) -> ExportedProgram:
@@ -136,8 +133,7 @@ def load(f: PathOrFile, *, extra_files: dict[str, Any] | None = None,
     bound = _weights(weights)
     reader = ArchiveReader(f)
     try:
-        with cycle_collection_paused():
-            return _load(reader, extra_files, bound, check_weights)
+        return _load(reader, extra_files, bound, check_weights)
     except ArtifactError:
         raise
     except GraphportError as e:   # the program the archive describes does not hold together

@@ -166,8 +166,8 @@ def env_from_json(data: Any) -> ShapeEnv:
         if sym in env.symbols:
             raise ArtifactError(f"the size symbol {name} is defined twice")
         source, affine = _source(entry.get("source")), _int_pair(entry.get("affine"))
-        env.symbols[sym] = SymbolInfo(sym, entry["hint"], range_from_json(entry.get("range")),
-                                      str(entry.get("name", name)), source, bool(entry.get("auto", False)), affine)
+        env.add_symbol(SymbolInfo(sym, entry["hint"], range_from_json(entry.get("range")),
+                                  str(entry.get("name", name)), source, bool(entry.get("auto", False)), affine))
         if source[1] is None:   # a dynamic int: never assumed >= 2 (shapes/spec.py)
             env.exact.add(sym)
     if "data_dependent" in data:
@@ -200,8 +200,9 @@ def _unbacked_from_json(data: Any, env: ShapeEnv) -> None:
         sym = symbol_of_kind(entry.get("symbol"), entry.get("kind"))
         if sym.name in {s.name for s in (*env.symbols, *infos)}:
             raise ArtifactError(f"the symbol {sym.name} is defined twice")
-        infos[sym] = UnbackedInfo(sym, _PYTYPES[entry["type"]], range_from_json(entry.get("range")), entry["origin"],
-                                  location_from_json(entry.get("location")), entry["size_like"], entry["node"])
+        env.unbacked.add(UnbackedInfo(sym, _PYTYPES[entry["type"]], range_from_json(entry.get("range")),
+                                      entry["origin"], location_from_json(entry.get("location")), entry["size_like"],
+                                      entry["node"]))
     table = symbol_table(env)
     for fact in _list(data.get("facts")):
         if not isinstance(fact, list) or len(fact) != 2 or fact[1] not in _FACT_OPS:

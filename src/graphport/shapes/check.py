@@ -73,7 +73,7 @@ def _explain(guard: Guard, shapes: InputShapes, fixes: _Fixes) -> str | None:
     # a bound on a dim that another is now derived from is a bound on that one (`x0 >= 4` with
     # x0 = w0 - 2 narrows w0); equalities stay as they are, they are the relations to report
     rel = guard.rel if isinstance(guard.rel, sympy.Eq) else shapes.env.simplify(guard.rel)
-    syms = sorted(rel.free_symbols, key=lambda s: int(str(s)[1:]))
+    syms = shapes.env.table.in_order(rel.free_symbols)
     names = {s: _name(shapes, s) for s in syms}
     readable = str(rel.xreplace({s: sympy.Symbol(n) for s, n in names.items()}))
     where = f" (at {guard.location})" if guard.location else ""

@@ -71,6 +71,12 @@ class ShapeContract:
     def names(self) -> dict[sympy.Symbol, str]:
         return {s: f.name for s, f in self.symbols.items()}
 
+    def in_order(self, syms) -> list[sympy.Symbol]:
+        """`syms` in the contract's order: the order the capture made them (input sizes,
+        then data-dependent values)."""
+        order = {s: i for i, s in enumerate(self.symbols)}
+        return sorted(syms, key=order.__getitem__)
+
     def display_symbols(self) -> dict[sympy.Symbol, sympy.Symbol]:
         """Symbol -> a symbol named after the user's Dim: how every tool shows sizes. A
         data-dependent size keeps its `u` name (its label is a sentence, not a name)."""
@@ -84,7 +90,7 @@ class ShapeContract:
         for _, _, expr in self.dims:
             if expr.is_Integer:
                 continue
-            for sym in sorted(expr.free_symbols, key=_symbol_order):
+            for sym in self.in_order(expr.free_symbols):
                 out.setdefault(sym, ranges[sym])
             if not expr.is_Symbol:
                 lo, hi = bounds(expr, ranges)
@@ -149,11 +155,6 @@ class ShapeContract:
         relations = [Relation(expr_from_json(r["rel"], table), location_from_json(r["location"]))
                      for r in data["relations"]]
         return cls(symbols, dims, relations)
-
-
-def _symbol_order(sym: sympy.Symbol):
-    digits = "".join(ch for ch in sym.name if ch.isdigit())
-    return (sym.name.rstrip("0123456789"), int(digits) if digits else 0)
 
 
 def range_to_json(r: ValueRange) -> list:

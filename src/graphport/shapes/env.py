@@ -23,6 +23,7 @@ from ..errors import UnsupportedFeatureError
 from ..source import SourceLocation, innermost_user_location
 from .branch_facts import decide_given
 from .expr import ValueRange, decide
+from .symbols import SymbolKind, SymbolTable
 from .unbacked import Unbacked, needs_value, undecidable
 
 _guards_log = logging.getLogger("graphport.shapes.guards")
@@ -105,6 +106,12 @@ class ShapeEnv:
     # (`splitting.undecided(rel, location)`), it raises BranchUndecided, or returns when no
     # further split is allowed and the question becomes a guard as usual
     splitting: Any = None
+    # kind and creation order of every symbol made here (shapes/symbols.py); shared with
+    # `unbacked`, which makes the data-dependent ones
+    table: SymbolTable = field(default_factory=SymbolTable)
+
+    def __post_init__(self) -> None:
+        self.unbacked.table = self.table
 
     def share_caches(self, other: "ShapeEnv") -> None:
         """Reuse `other`'s caches of pure answers (a re-trace of the same program: most of
@@ -122,7 +129,9 @@ class ShapeEnv:
         its replacements, guards, assumptions and data-dependent symbols, copied."""
         env = ShapeEnv()
         env.share_caches(self)
-        env.symbols = {sym: replace(info) for sym, info in self.symbols.items() if sym not in pinned}
+        for sym, info in self.symbols.items():
+            if sym not in pinned:
+                env.add_symbol(replace(info))
         env.exact = self.exact - set(pinned)
         if with_facts:
             env.replacements = dict(self.replacements)
@@ -130,15 +139,23 @@ class ShapeEnv:
             env.assumed_min, env.assumption_sites = dict(self.assumed_min), dict(self.assumption_sites)
             env.proven_min = dict(self.proven_min)
             env.unbacked = self.unbacked.copy()
+            env.unbacked.table = env.table
+            for sym in self.table.in_order(env.unbacked.infos):
+                env.table.add(sym, SymbolKind.DATA_DEPENDENT)
         return env
 
     # -- symbols ------------------------------------------------------------------------
 
     def create_symbol(self, hint: int, declared: ValueRange, dim_name: str, source: tuple[int, int],
                       auto: bool = False, source_affine: tuple[int, int] = (1, 0)) -> sympy.Symbol:
-        sym = sympy.Symbol(f"s{len(self.symbols)}", integer=True, nonnegative=True)
-        self.symbols[sym] = SymbolInfo(sym, hint, declared, dim_name, source, auto, source_affine)
+        sym = sympy.Symbol(self.table.next_name(SymbolKind.INPUT), integer=True, nonnegative=True)
+        self.add_symbol(SymbolInfo(sym, hint, declared, dim_name, source, auto, source_affine))
         return sym
+
+    def add_symbol(self, info: SymbolInfo) -> None:
+        """Enter an input size symbol made elsewhere (a loaded or converted program's)."""
+        self.symbols[info.symbol] = info
+        self.table.add(info.symbol, SymbolKind.INPUT)
 
     @property
     def ranges(self) -> dict[sympy.Symbol, ValueRange]:
@@ -311,9 +328,8 @@ class ShapeEnv:
     def _replace(self, eq: sympy.Eq) -> None:
         """Turn `newer_symbol == expr` into a replacement so later sizes simplify."""
         diff = sympy.expand(eq.lhs - eq.rhs)
-        candidates = sorted((s for s in diff.free_symbols if diff.coeff(s) in (1, -1)
-                             and s not in diff.coeff(s).free_symbols),
-                            key=lambda s: int(str(s)[1:]), reverse=True)
+        candidates = self.table.in_order((s for s in diff.free_symbols if diff.coeff(s) in (1, -1)
+                                          and s not in diff.coeff(s).free_symbols), reverse=True)
         for sym in candidates:
             coeff = diff.coeff(sym)
             rest = sympy.expand(diff - coeff * sym)
@@ -332,7 +348,7 @@ class ShapeEnv:
         value = self.hint_of(expr)
         if not expr.is_Integer:
             if any(hasattr(f, "gp_hint") for f in expr.atoms(sympy.Function)):
-                for sym in sorted(expr.free_symbols, key=lambda s: int(str(s)[1:])):
+                for sym in self.table.in_order(expr.free_symbols):
                     self.pin(sym, location)
             elif self._cached_decide(sympy.Eq(expr, value), 0) is not True:
                 # a constant taken from a size is guarded unless the declared ranges alone fix

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import builtins
 import math
+import threading
 from collections import Counter, OrderedDict
 from dataclasses import dataclass
 from fractions import Fraction
@@ -536,21 +537,26 @@ def _settled(lo, hi) -> bool:
     return lo > 0 or hi < 0 or lo == hi == 0
 
 
+# The reasoners of the latest range assignments, shared by every export of the process (a
+# re-trace asks the same questions); the lock keeps the recency order whole when threads
+# export at once. A reasoner's own memo needs none: each entry is one dict write of a pure answer.
 _REASONERS: OrderedDict = OrderedDict()
+_REASONERS_LOCK = threading.Lock()
 _REASONERS_KEPT = 16
 _MEMO_LIMIT = 200_000   # entries per range assignment; a long-lived process starts afresh past it
 
 
 def _reasoner(ranges: dict[sympy.Symbol, ValueRange]) -> _Reasoner:
     key = frozenset(ranges.items())
-    found = _REASONERS.get(key)
-    if found is None or found.size() > _MEMO_LIMIT:
-        found = _REASONERS[key] = _Reasoner(ranges)
-        if len(_REASONERS) > _REASONERS_KEPT:
-            _REASONERS.popitem(last=False)
-    else:
-        _REASONERS.move_to_end(key)
-    return found
+    with _REASONERS_LOCK:
+        found = _REASONERS.get(key)
+        if found is None or found.size() > _MEMO_LIMIT:
+            found = _REASONERS[key] = _Reasoner(ranges)
+            if len(_REASONERS) > _REASONERS_KEPT:
+                _REASONERS.popitem(last=False)
+        else:
+            _REASONERS.move_to_end(key)
+        return found
 
 
 def bounds(expr: sympy.Expr, ranges: dict[sympy.Symbol, ValueRange]) -> tuple:

@@ -501,7 +501,7 @@ class SymNode:
 
     def _pin(self) -> None:
         """Fix every size this value depends on to its example value, each with a guard."""
-        for sym in sorted(self.expr.free_symbols, key=lambda s: int(str(s)[1:])):
+        for sym in self.env.table.in_order(self.expr.free_symbols):
             self.env.pin(sym)
 
     def _static(self, decides: bool = False):

@@ -22,6 +22,7 @@ from ..errors import DataDependentError
 from ..source import SourceLocation, innermost_user_location
 from .contract import ComputedValue, ShapeContract, SymbolFact
 from .expr import INF, ValueRange, bounds
+from .symbols import SymbolKind, SymbolTable
 
 # Starts the message of every assertion graphport records (torch.export's wording), so the
 # runtime can tell a failed check of the program's from an operator's own error.
@@ -53,6 +54,8 @@ class Unbacked:
     # a replay (run_decompositions) hands the source's symbols out again, in the order the
     # source made them, so the lowered program keeps u0, u1 ... and what is known of them
     reuse: list[sympy.Symbol] = field(default_factory=list)
+    # the shape environment's table of symbol kinds and order (set by ShapeEnv)
+    table: SymbolTable = field(default_factory=SymbolTable)
 
     def copy(self) -> "Unbacked":
         """The symbols and facts, for a fork of the environment (shapes/env.py): a capture's
@@ -62,16 +65,20 @@ class Unbacked:
     def new(self, pytype: type, lower, upper, origin: str, size_like: bool = False) -> sympy.Symbol:
         if self.reuse:
             return self.reuse.pop(0)
-        name = f"u{len(self.infos)}"
+        name = self.table.next_name(SymbolKind.DATA_DEPENDENT)
         if pytype is float:
             sym = sympy.Symbol(name, real=True)
         elif size_like or (lower is not None and lower != -INF and lower >= 0):
             sym = sympy.Symbol(name, integer=True, nonnegative=True)
         else:
             sym = sympy.Symbol(name, integer=True)
-        self.infos[sym] = UnbackedInfo(sym, pytype, ValueRange(lower, upper), origin, innermost_user_location(),
-                                       size_like)
+        self.add(UnbackedInfo(sym, pytype, ValueRange(lower, upper), origin, innermost_user_location(), size_like))
         return sym
+
+    def add(self, info: UnbackedInfo) -> None:
+        """Enter a data-dependent symbol (made here, or a loaded program's)."""
+        self.infos[info.symbol] = info
+        self.table.add(info.symbol, SymbolKind.DATA_DEPENDENT)
 
     def ranges(self) -> dict[sympy.Symbol, ValueRange]:
         return {s: i.range for s, i in self.infos.items()}

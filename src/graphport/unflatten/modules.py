@@ -65,8 +65,8 @@ def interpreter_class(type_name: str | None) -> type:
     cls = _CLASSES.get(type_name)
     if cls is None:
         module, _, name = type_name.rpartition(".")
-        cls = _CLASSES[type_name] = type(name, (InterpreterModule,), {"__module__": module or __name__,
-                                                                       "__qualname__": name})
+        made = type(name, (InterpreterModule,), {"__module__": module or __name__, "__qualname__": name})
+        cls = _CLASSES.setdefault(type_name, made)   # one class per name, also when threads race here
     return cls
 
 
