@@ -3,7 +3,7 @@
 Top-level keys, in the order they are written: format, version, custom_ops, shape_env,
 graph, signature, state_dict, constants, range_constraints, shape_contract,
 module_call_graph, input_paths, input_aliases, shape_report, example_inputs,
-extra_files (api.save adds weight_checksums, last). schema.json is the format's JSON Schema;
+extra_files, dialect (only for a lowered program; api.save adds weight_checksums, last). schema.json is the format's JSON Schema;
 load validates the document against it before anything here reads it.
 """
 from __future__ import annotations
@@ -20,6 +20,7 @@ from ..shapes.env import ShapeEnv
 from ..shapes.node import SymNode
 from ..signature import (ConstantArgument, ExportGraphSignature, InputKind, InputSpec, OutputKind, OutputSpec,
                          SymBoolArgument, SymFloatArgument, SymIntArgument, TensorArgument)
+from ..passes.verifier import CoreATenVerifier, TrainingIRVerifier, Verifier
 from .graph_json import graph_from_json, graph_to_json
 from .state import TensorBinder, TensorTable
 from .symbolic import (_short, env_from_json, env_to_json, expr_from_json, expr_to_json, range_from_json, range_to_json,
@@ -35,6 +36,9 @@ pytree = _torch.pytree
 _ARGUMENTS = {"tensor": TensorArgument, "symint": SymIntArgument, "symfloat": SymFloatArgument,
               "symbool": SymBoolArgument}
 _ARGUMENT_NAMES = {v: k for k, v in _ARGUMENTS.items()}
+# The program's operator level (`ep.dialect`, and whether lowered to the Core ATen opset); absent: as exported.
+_DIALECTS = {"TRAINING": TrainingIRVerifier, "ATEN": Verifier, "CORE_ATEN": CoreATenVerifier}
+_DIALECT_NAMES = {v: k for k, v in _DIALECTS.items()}
 
 
 # -- saving ---------------------------------------------------------------------------------
@@ -61,6 +65,8 @@ def program_to_json(ep: ExportedProgram, table: TensorTable, extra_names: list[s
         "example_inputs": _examples(ep.example_inputs, table) if with_examples and ep.example_inputs else None,
         "extra_files": extra_names,
     }
+    if ep.verifier is not TrainingIRVerifier:   # written only for a lowered program: exported ones stay unchanged
+        doc["dialect"] = _DIALECT_NAMES[ep.verifier]
     return doc
 
 
@@ -175,8 +181,11 @@ def program_from_json(doc: dict, binder: TensorBinder, weights: dict[str, torch.
     if not all(isinstance(p, str) for p in paths + report):
         _fail("input_paths or shape_report")
     examples = _examples_from(doc.get("example_inputs"), binder)
+    dialect = doc.get("dialect", "TRAINING")
+    if dialect not in _DIALECTS:
+        _fail(f"dialect {_short(dialect)}")
     ep = ExportedProgram(gm, signature, state_dict, ranges, call_graph, examples, constants, paths, aliases,
-                         contract, report)
+                         contract, report, verifiers=[_DIALECTS[dialect]])
     return ep, env
 
 
