@@ -151,7 +151,7 @@ class ExportedModule(fx.GraphModule):
             elif spec.kind is InputKind.BUFFER:
                 value = ep.state_dict.get(spec.target, ep.constants.get(spec.target))
                 _set_attr(holder, spec.target, value, "buffer", spec.persistent is not False)
-            elif spec.kind is InputKind.CONSTANT_TENSOR:
+            elif spec.kind in (InputKind.CONSTANT_TENSOR, InputKind.CUSTOM_OBJ):
                 _set_attr(holder, spec.target, ep.constants[spec.target], "constant")
         for node in ep.graph.nodes:
             if node.op == "get_attr":

@@ -30,6 +30,7 @@ from .pointwise_meta import pointwise_meta
 from .reduction_meta import reduction_meta
 from .view_meta import view_meta
 from .recorder import Recorder
+from .custom_objects import is_custom_object
 from .rules import HIGHER_ORDER, SPECIAL
 from .tracer import META, TracerTensor, data_dependent
 
@@ -160,6 +161,8 @@ class CaptureMode(_torch.TorchDispatchMode):
             return self.rec.constant(a).gp_meta
         if isinstance(a, torch.device):
             return META
+        if is_custom_object(a):
+            return self.rec.objects.fake(a)   # what fake kernels of custom ops taking the object get
         return a
 
     def _device(self, args, kwargs) -> torch.device:

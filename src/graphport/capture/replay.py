@@ -25,6 +25,7 @@ from .. import _torch
 from ..errors import OperatorError, UnsupportedFeatureError
 from ..ops.policy import DispatchPolicy
 from ..ops.vocabulary import SYMBOLIC_SIZE_OPS
+from .custom_objects import is_custom_object
 from .dead_code import eliminate_dead_code
 from ..values import capture_value
 from .data_dependent import assert_fact, bind_symbol
@@ -202,6 +203,9 @@ def _placeholder(rec: Recorder, p: fx.Node, inputs: ReplayInputs) -> Any:
             rec.placeholder_tracers.add(id(tracer))
         made = rec.root_value(tracer)
         value = tracer
+    elif is_custom_object(inputs.constants.get(p.name)):
+        value = inputs.constants[p.name]
+        made = rec.objects.lift_as(value, p.name, inputs.constant_targets[p.name])
     else:
         made = rec.placeholder(p.name, val)
         value = val

@@ -136,7 +136,7 @@ def _replay_inputs(ep: ExportedProgram, env, named: frozenset[str]) -> ReplayInp
             devices[spec.arg.name] = ep.state_dict[spec.target].device
         elif spec.kind is InputKind.BUFFER:
             devices[spec.arg.name] = ep.state_dict.get(spec.target, ep.constants.get(spec.target)).device
-        elif spec.kind is InputKind.CONSTANT_TENSOR:
+        elif spec.kind in (InputKind.CONSTANT_TENSOR, InputKind.CUSTOM_OBJ):
             constants[spec.arg.name] = ep.constants[spec.target]
             targets[spec.arg.name] = spec.target
     users = [s.arg.name for s in sig.input_specs if s.kind is InputKind.USER_INPUT]
