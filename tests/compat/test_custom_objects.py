@@ -1,0 +1,291 @@
+"""Custom objects (TorchBind classes): the same module, holding a `torch.classes` object and
+calling it in forward, exported by graphport and by torch.export.
+
+The TorchBind classes are compiled here from C++ (torch.utils.cpp_extension.load_inline;
+the build is cached in the temp directory, so only the first run compiles), with a fake
+class registered in Python (`torch._library.register_fake_class`) for one of them.
+"""
+from __future__ import annotations
+
+import collections
+import hashlib
+import io
+import os
+import tempfile
+
+import pytest
+import torch
+
+import graphport as gp
+from graphport.interop import from_torch, to_torch
+
+NS = "gp_custom_objects_test"
+CPP = r'''
+#include <torch/custom_class.h>
+#include <torch/library.h>
+#include <ATen/ATen.h>
+
+// Multiplies by a scale and counts its calls (state the real object keeps).
+struct Scaler : torch::CustomClassHolder {
+  double scale;
+  int64_t calls = 0;
+  explicit Scaler(double s) : scale(s) {}
+  at::Tensor apply(at::Tensor x) { calls += 1; return x * scale; }
+  int64_t count() { return calls; }
+  std::tuple<std::tuple<std::string, double>, std::tuple<std::string, int64_t>> __obj_flatten__() {
+    return std::make_tuple(std::make_tuple(std::string("scale"), scale), std::make_tuple(std::string("calls"), calls));
+  }
+};
+
+// The same, with no fake class registered for it.
+struct Unfaked : torch::CustomClassHolder {
+  at::Tensor apply(at::Tensor x) { return x + 1; }
+  std::tuple<std::tuple<std::string, int64_t>> __obj_flatten__() {
+    return std::make_tuple(std::make_tuple(std::string("unused"), int64_t(0)));
+  }
+};
+
+at::Tensor scaled_add(c10::intrusive_ptr<Scaler> s, at::Tensor x, at::Tensor y) { return s->apply(x) + y; }
+
+TORCH_LIBRARY(gp_custom_objects_test, m) {
+  m.class_<Scaler>("Scaler")
+    .def(torch::init<double>())
+    .def("apply", &Scaler::apply)
+    .def("count", &Scaler::count)
+    .def("__obj_flatten__", &Scaler::__obj_flatten__)
+    .def_pickle(
+      [](const c10::intrusive_ptr<Scaler>& self) -> std::tuple<double, int64_t> {
+        return std::make_tuple(self->scale, self->calls); },
+      [](std::tuple<double, int64_t> state) {
+        auto s = c10::make_intrusive<Scaler>(std::get<0>(state)); s->calls = std::get<1>(state); return s; });
+  m.class_<Unfaked>("Unfaked")
+    .def(torch::init<>())
+    .def("apply", &Unfaked::apply)
+    .def("__obj_flatten__", &Unfaked::__obj_flatten__);
+  m.def("scaled_add(__torch__.torch.classes.gp_custom_objects_test.Scaler s, Tensor x, Tensor y) -> Tensor");
+}
+TORCH_LIBRARY_IMPL(gp_custom_objects_test, CompositeExplicitAutograd, m) { m.impl("scaled_add", scaled_add); }
+'''
+
+
+@pytest.fixture(scope="module")
+def classes():
+    """The compiled library (built once per machine), with the Python fake class and the
+    custom op's fake kernel registered for the module's tests and removed after."""
+    if not hasattr(torch.classes, NS) or not _loaded():
+        from torch.utils.cpp_extension import load_inline
+        build = os.path.join(tempfile.gettempdir(), "graphport-torchbind-" + hashlib.sha1(CPP.encode()).hexdigest()[:12])
+        os.makedirs(build, exist_ok=True)
+        try:
+            load_inline(NS, cpp_sources=CPP, is_python_module=False, build_directory=build)
+        except (RuntimeError, OSError, ImportError) as e:   # no compiler or no headers: nothing to test with
+            pytest.skip(f"cannot compile the TorchBind test classes: {e}")
+
+    @torch._library.register_fake_class(f"{NS}::Scaler")
+    class FakeScaler:
+        def __init__(self, scale, calls):
+            self.scale, self.calls = scale, calls
+
+        @classmethod
+        def __obj_unflatten__(cls, flat):
+            return cls(**dict(flat))
+
+        def apply(self, x):
+            return x * self.scale
+
+        def count(self):
+            return self.calls
+
+    lib = torch.library.Library(NS, "FRAGMENT")
+    torch.library.register_fake(f"{NS}::scaled_add", lambda s, x, y: s.apply(x) + y, lib=lib)
+    yield getattr(torch.classes, NS)
+    lib._destroy()
+    torch._library.fake_class_registry.deregister_fake_class(f"{NS}::Scaler")
+
+
+def _loaded() -> bool:
+    try:
+        getattr(torch.classes, NS).Scaler
+        return True
+    except (AttributeError, RuntimeError):
+        return False
+
+
+class Model(torch.nn.Module):
+    """A method call and a custom op taking the object, between ordinary layers."""
+
+    def __init__(self, classes):
+        super().__init__()
+        self.lin = torch.nn.Linear(4, 4)
+        self.scaler = classes.Scaler(3.0)
+        self.spare = classes.Scaler(5.0)     # never used: not lifted
+
+    def forward(self, x, y):
+        h = self.scaler.apply(self.lin(x))
+        return torch.ops.gp_custom_objects_test.scaled_add(self.scaler, h, y).relu()
+
+
+def _inputs(n):
+    return torch.randn(n, 4), torch.randn(n, 4)
+
+
+def _signature(ep):
+    return [(s.kind.name, s.arg.name, s.target, getattr(s.arg, "class_fqn", None))
+            for s in ep.graph_signature.input_specs] + [(s.kind.name, s.target) for s in ep.graph_signature.output_specs]
+
+
+def _ops(ep):
+    return collections.Counter(str(n.target) for n in ep.graph.nodes if n.op == "call_function")
+
+
+def _eager(model, x, y):
+    """Eager's answer on fresh copies of the model's state (the object counts its calls)."""
+    with torch.no_grad():
+        return model(x, y)
+
+
+@pytest.mark.parametrize("dynamic", [False, True])
+def test_same_program_as_torch_export(classes, ex, dynamic):
+    torch.manual_seed(0)
+    model = Model(classes)
+    shapes = {"x": {0: ex.Dim("n")}, "y": {0: ex.Dim("n")}} if dynamic else None
+    ep = ex.export(model, _inputs(3), dynamic_shapes=shapes)
+    assert [s for s in _signature(ep) if s[0] == "CUSTOM_OBJ"] == [
+        ("CUSTOM_OBJ", "obj_scaler", "scaler", f"__torch__.torch.classes.{NS}.Scaler")]
+    assert ep.constants["scaler"] is model.scaler and "spare" not in ep.constants
+    assert _ops(ep)["call_torchbind"] == 1 and _ops(ep)[f"{NS}.scaled_add.default"] == 1
+    for n in ([0, 1, 2, 7] if dynamic else [3]):
+        x, y = _inputs(n)
+        torch.testing.assert_close(ep.module()(x, y), _eager(model, x, y))
+
+
+@pytest.mark.parametrize("dynamic", [False, True])
+def test_signature_and_operators_equal_torch_exports(classes, dynamic):
+    torch.manual_seed(0)
+    model = Model(classes)
+    shapes = {"x": {0: gp.Dim("n")}, "y": {0: gp.Dim("n")}} if dynamic else None
+    tshapes = {"x": {0: torch.export.Dim("n")}, "y": {0: torch.export.Dim("n")}} if dynamic else None
+    ours = gp.export(model, _inputs(3), dynamic_shapes=shapes)
+    theirs = torch.export.export(model, _inputs(3), dynamic_shapes=tshapes)
+    assert _signature(ours) == _signature(theirs)
+    assert _ops(ours) == _ops(theirs)
+    assert "call_torchbind(obj_scaler, 'apply'" in str(ours)
+    assert "obj_scaler: CUSTOM_OBJ target='scaler'" in str(ours)
+
+
+def test_method_calls_run_on_the_real_object(classes):
+    model = Model(classes)
+    before = model.scaler.count()
+    ep = gp.export(model, _inputs(2))
+    assert model.scaler.count() == before        # export ran the fake class, not the object
+    ep.module()(*_inputs(2))
+    assert model.scaler.count() == before + 2    # apply, once directly and once inside scaled_add
+
+
+def test_calls_stay_in_program_order_and_are_never_dead_code(classes):
+    class Unused(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.scaler = classes.Scaler(2.0)
+
+        def forward(self, x):
+            self.scaler.apply(x)          # result unused: the call still changes the object's state
+            return self.scaler.apply(x + 1)
+
+    model = Unused()
+    ep = gp.export(model, (torch.randn(3),))
+    calls = [n for n in ep.graph.nodes if n.op == "call_function" and "call_torchbind" in str(n.target)]
+    assert len(calls) == 2 and not calls[0].users
+    before = model.scaler.count()
+    ep.module()(torch.randn(3))
+    assert model.scaler.count() == before + 2
+    lowered = ep.run_decompositions()
+    assert _ops(lowered)["call_torchbind"] == 2
+
+
+def test_run_decompositions_keeps_the_calls(classes):
+    torch.manual_seed(0)
+    model = Model(classes)
+    ep = gp.export(model, _inputs(3), dynamic_shapes={"x": {0: gp.Dim("n")}, "y": {0: gp.Dim("n")}})
+    lowered = ep.run_decompositions()
+    assert lowered.dialect == "ATEN" and _ops(lowered)["call_torchbind"] == 1
+    assert _ops(lowered)[f"{NS}.scaled_add.default"] == 1 and "aten.linear.default" not in _ops(lowered)
+    for n in (1, 5):
+        x, y = _inputs(n)
+        torch.testing.assert_close(lowered.module()(x, y), _eager(model, x, y))
+
+
+def test_to_torch_and_back(classes):
+    torch.manual_seed(0)
+    model = Model(classes)
+    ep = gp.export(model, _inputs(3), dynamic_shapes={"x": {0: gp.Dim("n")}, "y": {0: gp.Dim("n")}})
+    tep = to_torch(ep)
+    spec = next(s for s in tep.graph_signature.input_specs if s.kind.name == "CUSTOM_OBJ")
+    assert isinstance(spec.arg, torch.export.graph_signature.CustomObjArgument) and spec.target == "scaler"
+    assert tep.constants["scaler"] is model.scaler
+    x, y = _inputs(4)
+    torch.testing.assert_close(tep.module()(x, y), _eager(model, x, y))
+    lowered = tep.run_decompositions()      # torch's lowering reads the fake object on the placeholder
+    assert any("with_effects" in str(n.target) for n in lowered.graph.nodes)
+    back = from_torch(tep)
+    assert _signature(back) == _signature(ep)
+    torch.testing.assert_close(back.module()(x, y), _eager(model, x, y))
+    theirs = from_torch(torch.export.export(model, _inputs(3)))     # torch's own program of it
+    assert _signature(theirs) == _signature(gp.export(model, _inputs(3)))
+    x, y = _inputs(3)
+    torch.testing.assert_close(theirs.module()(x, y), _eager(model, x, y))
+    with pytest.raises(gp.UnsupportedFeatureError, match="effect token"):
+        from_torch(lowered)
+
+
+def test_save_refuses_with_the_object_named(classes):
+    ep = gp.export(Model(classes), _inputs(2))
+    with pytest.raises(gp.ArtifactError, match=r"custom object 'scaler' \(gp_custom_objects_test.Scaler\)") as err:
+        gp.save(ep, io.BytesIO())
+    assert "torch.export.save(graphport.interop.to_torch(ep)" in str(err.value)
+    # the fix works: torch saves it (pickling the object) and loads it back
+    buf = io.BytesIO()
+    torch.export.save(to_torch(ep), buf)
+    buf.seek(0)
+    x, y = _inputs(2)
+    torch.testing.assert_close(torch.export.load(buf).module()(x, y), ep.module()(x, y))
+
+
+def test_a_class_without_fake_class_is_refused_with_the_fix(classes):
+    class M(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.obj = classes.Unfaked()
+
+        def forward(self, x):
+            return self.obj.apply(x)
+
+    with pytest.raises(gp.UnsupportedFeatureError) as err:
+        gp.export(M(), (torch.randn(2),))
+    message = str(err.value)
+    assert "'obj'" in message and "no fake class" in message and "test_custom_objects.py" in message
+    assert f'register_fake_class("{NS}::Unfaked")' in message
+    assert isinstance(err.value, RuntimeError)
+
+
+def test_an_object_the_module_does_not_hold_is_refused(classes):
+    class Made(torch.nn.Module):
+        def forward(self, x):
+            return classes.Scaler(2.0).apply(x)
+
+    with pytest.raises(gp.UnsupportedFeatureError, match="no attribute of the exported module holds") as err:
+        gp.export(Made(), (torch.randn(2),))
+    assert "self.obj = torch.classes.gp_custom_objects_test.Scaler(...)" in str(err.value)
+
+
+def test_a_method_missing_from_the_fake_class_is_refused(classes):
+    class M(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.scaler = classes.Scaler(2.0)
+
+        def forward(self, x):
+            return x * self.scaler.__obj_flatten__()[0][1]
+
+    with pytest.raises(gp.UnsupportedFeatureError, match="has no method __obj_flatten__"):
+        gp.export(M(), (torch.randn(2),))
