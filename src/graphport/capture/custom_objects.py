@@ -163,6 +163,8 @@ def capture_call_torchbind(mode, obj, method: str, *args, **kwargs):
     meta_args, meta_kwargs = map_args(mode._meta, (args, kwargs))
     val = fake_method(*meta_args, **meta_kwargs)
     node_args, node_kwargs = map_args(rec.graph_arg, ((obj, method, *args), kwargs))
+    if rec.effects is not None and rec.effects.applies():
+        return rec.effects.record(call_torchbind, node_args, node_kwargs, val, mode._device(args, kwargs))
     node = rec.node(call_torchbind, node_args, node_kwargs, val)
     rec.user_calls.add(node)
     return rec.wrap(val, node, mode._device(args, kwargs))

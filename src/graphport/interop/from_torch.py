@@ -253,11 +253,7 @@ def _argument(arg) -> gsig.ArgumentSpec:
     if isinstance(arg, tsig.CustomObjArgument):
         return gsig.CustomObjArgument(arg.name, arg.class_fqn)
     if isinstance(arg, tsig.TokenArgument):
-        raise UnsupportedFeatureError(
-            f"the program threads an effect token ({arg.name}) through its effectful calls, as torch's "
-            "run_decompositions() writes them; graphport's programs do not carry effect tokens",
-            fix="convert the program torch.export.export returned (before run_decompositions), and lower it "
-                "with graphport's run_decompositions()")
+        return gsig.TokenArgument(arg.name)
     kind = getattr(gsig, type(arg).__name__, None)
     if kind is None:
         raise UnsupportedFeatureError(f"the program has a {type(arg).__name__} ({arg.name}), which graphport "

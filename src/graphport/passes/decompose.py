@@ -26,8 +26,8 @@ from ..capture.replay import ReplayInputs, replay
 from ..errors import UnsupportedFeatureError
 from ..ops.decompositions import DecompositionTable, TablePolicy, default_decompositions
 from ..program import ExportedProgram, ModuleCallEntry
-from ..signature import (ConstantArgument, ExportGraphSignature, InputKind, InputSpec, OutputSpec, SymBoolArgument,
-                         SymFloatArgument, SymIntArgument, TensorArgument)
+from ..signature import (ConstantArgument, ExportGraphSignature, InputKind, InputSpec, OutputKind, OutputSpec,
+                         SymBoolArgument, SymFloatArgument, SymIntArgument, TensorArgument, TokenArgument)
 from .._gc import cycle_collection_paused
 from .lowering_sizes import LoweredValidity, lowered_validity
 from ..values import finish_metadata
@@ -77,8 +77,12 @@ def run_decompositions(ep: ExportedProgram, decomp_table: dict[Any, Callable] | 
     input_specs[first_user:first_user] = [InputSpec(InputKind.CONSTANT_TENSOR, TensorArgument(name), target)
                                           for name, target in replayed.new_constants.items()]
     out_values = next(n for n in graph.nodes if n.op == "output").args[0]
+    token_outputs = 0 if replayed.tokens is None else 1
     output_specs = [OutputSpec(spec.kind, _argument(value), spec.target)
-                    for spec, value in zip(ep.graph_signature.output_specs, out_values)]
+                    for spec, value in zip(ep.graph_signature.output_specs, out_values[token_outputs:])]
+    if replayed.tokens is not None:   # effectful calls chained by a token (capture/effects.py), as torch lowers them
+        input_specs.insert(0, InputSpec(InputKind.TOKEN, TokenArgument(replayed.tokens[0]), None))
+        output_specs.insert(0, OutputSpec(OutputKind.TOKEN, TokenArgument(replayed.tokens[1]), None))
     lowered = ExportedProgram(
         replayed.graph_module, ExportGraphSignature(input_specs, output_specs), dict(ep.state_dict),
         dict(ep.range_constraints), [_renamed(e, replayed.renamed) for e in ep.module_call_graph],
@@ -143,7 +147,7 @@ def _replay_inputs(ep: ExportedProgram, env, named: frozenset[str]) -> ReplayInp
     if ep.example_inputs is not None:
         leaves = pytree.tree_leaves(ep.example_inputs)
         devices.update({name: leaf.device for name, leaf in zip(users, leaves) if isinstance(leaf, torch.Tensor)})
-    return ReplayInputs(devices, constants, targets, users, env, named)
+    return ReplayInputs(devices, constants, targets, users, env, named, effect_tokens=True)
 
 
 def _shape_env(graph: fx.Graph):

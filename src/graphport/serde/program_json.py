@@ -19,7 +19,7 @@ from ..shapes.contract import ComputedValue, ShapeContract
 from ..shapes.env import ShapeEnv
 from ..shapes.node import SymNode
 from ..signature import (ConstantArgument, ExportGraphSignature, InputKind, InputSpec, OutputKind, OutputSpec,
-                         SymBoolArgument, SymFloatArgument, SymIntArgument, TensorArgument)
+                         SymBoolArgument, SymFloatArgument, SymIntArgument, TensorArgument, TokenArgument)
 from ..passes.verifier import CoreATenVerifier, TrainingIRVerifier, Verifier
 from .graph_json import graph_from_json, graph_to_json
 from .state import TensorBinder, TensorTable
@@ -34,7 +34,7 @@ VERSION = (1, 2)
 pytree = _torch.pytree
 
 _ARGUMENTS = {"tensor": TensorArgument, "symint": SymIntArgument, "symfloat": SymFloatArgument,
-              "symbool": SymBoolArgument}
+              "symbool": SymBoolArgument, "token": TokenArgument}
 _ARGUMENT_NAMES = {v: k for k, v in _ARGUMENTS.items()}
 # The program's operator level (`ep.dialect`, and whether lowered to the Core ATen opset); absent: as exported.
 _DIALECTS = {"TRAINING": TrainingIRVerifier, "ATEN": Verifier, "CORE_ATEN": CoreATenVerifier}
