@@ -200,19 +200,37 @@ def test_calls_stay_in_program_order_and_are_never_dead_code(classes):
     ep.module()(torch.randn(3))
     assert model.scaler.count() == before + 2
     lowered = ep.run_decompositions()
-    assert _ops(lowered)["call_torchbind"] == 2
+    assert [method for _, method in _effects(lowered)] == ["apply", "apply"]
+    before = model.scaler.count()
+    lowered.module()(torch.randn(3))
+    assert model.scaler.count() == before + 2
 
 
-def test_run_decompositions_keeps_the_calls(classes):
+def _effects(ep):
+    """What each with_effects call orders: the operator's name (and the method, for call_torchbind)."""
+    return [(str(n.args[1]), n.args[3] if "call_torchbind" in str(n.args[1]) else None)
+            for n in ep.graph.nodes if n.op == "call_function" and "with_effects" in str(n.target)]
+
+
+@pytest.mark.parametrize("dynamic", [False, True])
+def test_lowering_threads_effect_tokens_as_torch(classes, dynamic):
     torch.manual_seed(0)
     model = Model(classes)
-    ep = gp.export(model, _inputs(3), dynamic_shapes={"x": {0: gp.Dim("n")}, "y": {0: gp.Dim("n")}})
-    lowered = ep.run_decompositions()
-    assert lowered.dialect == "ATEN" and _ops(lowered)["call_torchbind"] == 1
-    assert _ops(lowered)[f"{NS}.scaled_add.default"] == 1 and "aten.linear.default" not in _ops(lowered)
-    for n in (1, 5):
+    shapes = {"x": {0: gp.Dim("n")}, "y": {0: gp.Dim("n")}} if dynamic else None
+    tshapes = {"x": {0: torch.export.Dim("n")}, "y": {0: torch.export.Dim("n")}} if dynamic else None
+    ours = gp.export(model, _inputs(3), dynamic_shapes=shapes).run_decompositions()
+    theirs = torch.export.export(model, _inputs(3), dynamic_shapes=tshapes).run_decompositions()
+    assert ours.dialect == "ATEN"
+    kinds = lambda ep: ([s.kind.name for s in ep.graph_signature.input_specs],
+                        [s.kind.name for s in ep.graph_signature.output_specs])
+    assert kinds(ours) == kinds(theirs) and kinds(ours)[0][0] == "TOKEN" and kinds(ours)[1][0] == "TOKEN"
+    assert _ops(ours) == _ops(theirs)
+    assert _effects(ours) == _effects(theirs) == [("call_torchbind", "apply"), (f"{NS}.scaled_add.default", None)]
+    for n in ([0, 1, 5] if dynamic else [3]):
         x, y = _inputs(n)
-        torch.testing.assert_close(lowered.module()(x, y), _eager(model, x, y))
+        torch.testing.assert_close(ours.module()(x, y), _eager(model, x, y))
+    again = ours.run_decompositions()    # lowering a lowered program keeps its one chain
+    assert _effects(again) == _effects(ours) and again.graph_signature.input_tokens == ["token"]
 
 
 def test_to_torch_and_back(classes):
@@ -230,12 +248,16 @@ def test_to_torch_and_back(classes):
     back = from_torch(tep)
     assert _signature(back) == _signature(ep)
     torch.testing.assert_close(back.module()(x, y), _eager(model, x, y))
+    tokens = from_torch(lowered)            # torch's lowered program, effect tokens and all
+    assert tokens.graph_signature.input_tokens == ["token"] and _effects(tokens) == _effects(lowered)
+    torch.testing.assert_close(tokens.module()(x, y), _eager(model, x, y))
+    ours = to_torch(ep.run_decompositions(), dialect="ATEN")   # graphport's lowered program, in torch's hands
+    assert [s.kind.name for s in ours.graph_signature.input_specs][0] == "TOKEN"
+    torch.testing.assert_close(ours.module()(x, y), _eager(model, x, y))
     theirs = from_torch(torch.export.export(model, _inputs(3)))     # torch's own program of it
     assert _signature(theirs) == _signature(gp.export(model, _inputs(3)))
     x, y = _inputs(3)
     torch.testing.assert_close(theirs.module()(x, y), _eager(model, x, y))
-    with pytest.raises(gp.UnsupportedFeatureError, match="effect token"):
-        from_torch(lowered)
 
 
 def test_save_refuses_with_the_object_named(classes):
