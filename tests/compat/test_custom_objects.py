@@ -171,6 +171,9 @@ def test_signature_and_operators_equal_torch_exports(classes, dynamic):
     assert _ops(ours) == _ops(theirs)
     assert "call_torchbind(obj_scaler, 'apply'" in str(ours)
     assert "obj_scaler: CUSTOM_OBJ target='scaler'" in str(ours)
+    from graphport.viewer.data import program_data
+    shown = {n["n"]: n for n in program_data(ours)["graphs"]["main"]}
+    assert shown["obj_scaler"]["o"] == "custom object" and shown["obj_scaler"]["t"] == "custom_obj scaler"
 
 
 def test_method_calls_run_on_the_real_object(classes):

@@ -92,6 +92,13 @@ def test_saves_loads_and_converts_with_tokens():
     torch.testing.assert_close(theirs.module()(x), model(x))
 
 
+def test_the_viewer_shows_the_token():
+    from graphport.viewer.data import program_data
+    nodes = program_data(gp.export(Printing(), (torch.randn(2, 3),)).run_decompositions())["graphs"]["main"]
+    token = next(n for n in nodes if n["n"] == "token")
+    assert token["o"] == "effect token" and token["t"] == "token"
+
+
 def test_the_verifier_refuses_a_broken_token_chain():
     lowered = gp.export(Printing(), (torch.randn(2, 3),)).run_decompositions()
     second = [n for n in lowered.graph.nodes if "with_effects" in str(n.target)][1]
