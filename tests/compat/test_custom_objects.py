@@ -232,6 +232,10 @@ def test_lowering_threads_effect_tokens_as_torch(classes, dynamic):
     for n in ([0, 1, 5] if dynamic else [3]):
         x, y = _inputs(n)
         torch.testing.assert_close(ours.module()(x, y), _eager(model, x, y))
+    unflat = gp.unflatten(ours)           # tokens removed first, as torch's unflatten does
+    x, y = _inputs(3)
+    torch.testing.assert_close(unflat(x, y), _eager(model, x, y))
+    assert unflat.scaler is model.scaler
     again = ours.run_decompositions()    # lowering a lowered program keeps its one chain
     assert _effects(again) == _effects(ours) and again.graph_signature.input_tokens == ["token"]
 

@@ -92,6 +92,16 @@ def test_saves_loads_and_converts_with_tokens():
     torch.testing.assert_close(theirs.module()(x), model(x))
 
 
+def test_unflatten_removes_the_tokens_as_torch(ex):
+    torch.manual_seed(0)
+    model = Printing()
+    lowered = ex.export(model, (torch.randn(2, 3),)).run_decompositions()
+    unflat = ex.unflatten(lowered)
+    x = torch.randn(2, 3)
+    torch.testing.assert_close(unflat(x), model(x))
+    assert [n.target for n in unflat.graph.nodes if n.op == "call_function"].count(torch.ops.aten._print.default) == 2
+
+
 def test_the_viewer_shows_the_token():
     from graphport.viewer.data import program_data
     nodes = program_data(gp.export(Printing(), (torch.randn(2, 3),)).run_decompositions())["graphs"]["main"]
