@@ -318,3 +318,19 @@ def test_a_method_missing_from_the_fake_class_is_refused(classes):
 
     with pytest.raises(gp.UnsupportedFeatureError, match="has no method __obj_flatten__"):
         gp.export(M(), (torch.randn(2),))
+
+
+def test_an_object_inside_a_branch_is_refused_as_torch(classes, ex):
+    class Branching(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.scaler = classes.Scaler(2.0)
+
+        def forward(self, x):
+            return ex.cond(x.sum() > 0, lambda x: self.scaler.apply(x), lambda x: x - 1, (x,))
+
+    with pytest.raises(RuntimeError) as err:
+        ex.export(Branching(), (torch.randn(3),))
+    if ex.export is gp.export:
+        assert isinstance(err.value, gp.UnsupportedFeatureError) and "inside a torch.cond branch" in str(err.value)
+        assert "test_custom_objects.py" in str(err.value)

@@ -67,6 +67,12 @@ class CustomObjects:
 
     def node(self, obj: torch.ScriptObject) -> fx.Node:
         """The placeholder of `obj`, made on first use."""
+        if self.rec.scope is not self.rec.root:
+            raise UnsupportedFeatureError(
+                f"the program uses the custom object {self._label(obj)} inside a torch.cond branch or a loop body; "
+                "control-flow operators take tensors and ints only (torch.export refuses it too)",
+                fix="call the object's method (or the custom op taking it) outside the branch and pass its result "
+                    "in as an operand")
         found = self.lifted.get(_key(obj))
         if found is not None:
             return found
