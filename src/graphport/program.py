@@ -50,7 +50,7 @@ class ExportedProgram:
     range_constraints: dict                       # symbol or derived expression -> ValueRange
     module_call_graph: list[ModuleCallEntry]
     example_inputs: tuple[tuple, dict] | None
-    constants: dict[str, torch.Tensor]            # lifted constants and non-persistent buffers
+    constants: dict[str, Any]                     # lifted constants, non-persistent buffers, custom objects
     input_paths: list[str]                        # printable path of each flat user input
     input_aliases: dict[int, int]                 # flat input index -> earlier index it must be the same tensor as
     shape_contract: ShapeContract | None          # shape facts of a dynamic program
