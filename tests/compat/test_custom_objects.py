@@ -1,132 +1,22 @@
 """Custom objects (TorchBind classes): the same module, holding a `torch.classes` object and
-calling it in forward, exported by graphport and by torch.export.
-
-The TorchBind classes are compiled here from C++ (torch.utils.cpp_extension.load_inline;
-the build is cached in the temp directory, so only the first run compiles), with a fake
-class registered in Python (`torch._library.register_fake_class`) for one of them.
-"""
+calling it in forward, exported by graphport and by torch.export (the classes:
+tests/torchbind_classes.py, compiled from C++, with a Python fake class)."""
 from __future__ import annotations
 
 import collections
-import hashlib
 import io
-import os
-import tempfile
 
 import pytest
 import torch
 
 import graphport as gp
-from graphport.interop import from_torch, to_torch
-
-NS = "gp_custom_objects_test"
-CPP = r'''
-#include <torch/custom_class.h>
-#include <torch/library.h>
-#include <ATen/ATen.h>
-
-// Multiplies by a scale and counts its calls (state the real object keeps).
-struct Scaler : torch::CustomClassHolder {
-  double scale;
-  int64_t calls = 0;
-  explicit Scaler(double s) : scale(s) {}
-  at::Tensor apply(at::Tensor x) { calls += 1; return x * scale; }
-  int64_t count() { return calls; }
-  std::tuple<std::tuple<std::string, double>, std::tuple<std::string, int64_t>> __obj_flatten__() {
-    return std::make_tuple(std::make_tuple(std::string("scale"), scale), std::make_tuple(std::string("calls"), calls));
-  }
-};
-
-// The same, with no fake class registered for it.
-struct Unfaked : torch::CustomClassHolder {
-  at::Tensor apply(at::Tensor x) { return x + 1; }
-  std::tuple<std::tuple<std::string, int64_t>> __obj_flatten__() {
-    return std::make_tuple(std::make_tuple(std::string("unused"), int64_t(0)));
-  }
-};
-
-at::Tensor scaled_add(c10::intrusive_ptr<Scaler> s, at::Tensor x, at::Tensor y) { return s->apply(x) + y; }
-
-TORCH_LIBRARY(gp_custom_objects_test, m) {
-  m.class_<Scaler>("Scaler")
-    .def(torch::init<double>())
-    .def("apply", &Scaler::apply)
-    .def("count", &Scaler::count)
-    .def("__obj_flatten__", &Scaler::__obj_flatten__)
-    .def_pickle(
-      [](const c10::intrusive_ptr<Scaler>& self) -> std::tuple<double, int64_t> {
-        return std::make_tuple(self->scale, self->calls); },
-      [](std::tuple<double, int64_t> state) {
-        auto s = c10::make_intrusive<Scaler>(std::get<0>(state)); s->calls = std::get<1>(state); return s; });
-  m.class_<Unfaked>("Unfaked")
-    .def(torch::init<>())
-    .def("apply", &Unfaked::apply)
-    .def("__obj_flatten__", &Unfaked::__obj_flatten__);
-  m.def("scaled_add(__torch__.torch.classes.gp_custom_objects_test.Scaler s, Tensor x, Tensor y) -> Tensor");
-}
-TORCH_LIBRARY_IMPL(gp_custom_objects_test, CompositeExplicitAutograd, m) { m.impl("scaled_add", scaled_add); }
-'''
+from graphport.interop import to_torch
+from torchbind_classes import NS, Model, inputs as _inputs
 
 
-@pytest.fixture(scope="module")
-def classes():
-    """The compiled library (built once per machine), with the Python fake class and the
-    custom op's fake kernel registered for the module's tests and removed after."""
-    if not hasattr(torch.classes, NS) or not _loaded():
-        from torch.utils.cpp_extension import load_inline
-        build = os.path.join(tempfile.gettempdir(), "graphport-torchbind-" + hashlib.sha1(CPP.encode()).hexdigest()[:12])
-        os.makedirs(build, exist_ok=True)
-        try:
-            load_inline(NS, cpp_sources=CPP, is_python_module=False, build_directory=build)
-        except (RuntimeError, OSError, ImportError) as e:   # no compiler or no headers: nothing to test with
-            pytest.skip(f"cannot compile the TorchBind test classes: {e}")
-
-    @torch._library.register_fake_class(f"{NS}::Scaler")
-    class FakeScaler:
-        def __init__(self, scale, calls):
-            self.scale, self.calls = scale, calls
-
-        @classmethod
-        def __obj_unflatten__(cls, flat):
-            return cls(**dict(flat))
-
-        def apply(self, x):
-            return x * self.scale
-
-        def count(self):
-            return self.calls
-
-    lib = torch.library.Library(NS, "FRAGMENT")
-    torch.library.register_fake(f"{NS}::scaled_add", lambda s, x, y: s.apply(x) + y, lib=lib)
-    yield getattr(torch.classes, NS)
-    lib._destroy()
-    torch._library.fake_class_registry.deregister_fake_class(f"{NS}::Scaler")
-
-
-def _loaded() -> bool:
-    try:
-        getattr(torch.classes, NS).Scaler
-        return True
-    except (AttributeError, RuntimeError):
-        return False
-
-
-class Model(torch.nn.Module):
-    """A method call and a custom op taking the object, between ordinary layers."""
-
-    def __init__(self, classes):
-        super().__init__()
-        self.lin = torch.nn.Linear(4, 4)
-        self.scaler = classes.Scaler(3.0)
-        self.spare = classes.Scaler(5.0)     # never used: not lifted
-
-    def forward(self, x, y):
-        h = self.scaler.apply(self.lin(x))
-        return torch.ops.gp_custom_objects_test.scaled_add(self.scaler, h, y).relu()
-
-
-def _inputs(n):
-    return torch.randn(n, 4), torch.randn(n, 4)
+@pytest.fixture
+def classes(torchbind_classes):
+    return torchbind_classes
 
 
 def _signature(ep):
@@ -238,33 +128,6 @@ def test_lowering_threads_effect_tokens_as_torch(classes, dynamic):
     assert unflat.scaler is model.scaler
     again = ours.run_decompositions()    # lowering a lowered program keeps its one chain
     assert _effects(again) == _effects(ours) and again.graph_signature.input_tokens == ["token"]
-
-
-def test_to_torch_and_back(classes):
-    torch.manual_seed(0)
-    model = Model(classes)
-    ep = gp.export(model, _inputs(3), dynamic_shapes={"x": {0: gp.Dim("n")}, "y": {0: gp.Dim("n")}})
-    tep = to_torch(ep)
-    spec = next(s for s in tep.graph_signature.input_specs if s.kind.name == "CUSTOM_OBJ")
-    assert isinstance(spec.arg, torch.export.graph_signature.CustomObjArgument) and spec.target == "scaler"
-    assert tep.constants["scaler"] is model.scaler
-    x, y = _inputs(4)
-    torch.testing.assert_close(tep.module()(x, y), _eager(model, x, y))
-    lowered = tep.run_decompositions()      # torch's lowering reads the fake object on the placeholder
-    assert any("with_effects" in str(n.target) for n in lowered.graph.nodes)
-    back = from_torch(tep)
-    assert _signature(back) == _signature(ep)
-    torch.testing.assert_close(back.module()(x, y), _eager(model, x, y))
-    tokens = from_torch(lowered)            # torch's lowered program, effect tokens and all
-    assert tokens.graph_signature.input_tokens == ["token"] and _effects(tokens) == _effects(lowered)
-    torch.testing.assert_close(tokens.module()(x, y), _eager(model, x, y))
-    ours = to_torch(ep.run_decompositions(), dialect="ATEN")   # graphport's lowered program, in torch's hands
-    assert [s.kind.name for s in ours.graph_signature.input_specs][0] == "TOKEN"
-    torch.testing.assert_close(ours.module()(x, y), _eager(model, x, y))
-    theirs = from_torch(torch.export.export(model, _inputs(3)))     # torch's own program of it
-    assert _signature(theirs) == _signature(gp.export(model, _inputs(3)))
-    x, y = _inputs(3)
-    torch.testing.assert_close(theirs.module()(x, y), _eager(model, x, y))
 
 
 def test_save_refuses_with_the_object_named(classes):
