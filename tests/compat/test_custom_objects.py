@@ -130,6 +130,32 @@ def test_lowering_threads_effect_tokens_as_torch(classes, dynamic):
     assert _effects(again) == _effects(ours) and again.graph_signature.input_tokens == ["token"]
 
 
+def test_a_number_a_method_returned_is_checked_at_run_time(classes):
+    """count() answered 1 at export (after one apply) and the program computes with 1; once the
+    real object's count has moved on, the program refuses to compute with the stale constant
+    (torch.export's program silently uses 1)."""
+    class Counting(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.scaler = classes.Scaler(2.0)
+
+        def forward(self, x):
+            return self.scaler.apply(x) + self.scaler.count()
+
+    model = Counting()
+    ep = gp.export(model, (torch.randn(3),))
+    assert _ops(ep)["aten._assert_scalar.default"] == 1
+    for program in (ep, ep.run_decompositions()):
+        fresh = Counting()
+        program.constants["scaler"] = fresh.scaler if program is not ep else model.scaler
+        module = program.module()
+        x = torch.ones(3)
+        torch.testing.assert_close(module(x), x * 2 + 1)      # a fresh object counts 1 here, as at export
+        with pytest.raises(RuntimeError, match=r"count\(\) of the custom object 'scaler' returned 1 when the program "
+                                               r"was exported"):
+            module(x)
+
+
 def test_save_refuses_with_the_object_named(classes):
     ep = gp.export(Model(classes), _inputs(2))
     with pytest.raises(gp.ArtifactError, match=r"custom object 'scaler' \(gp_custom_objects_test.Scaler\)") as err:

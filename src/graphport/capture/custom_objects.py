@@ -17,6 +17,7 @@ token through them (`with_effects`), as torch's lowering does.
 """
 from __future__ import annotations
 
+import operator
 from typing import Any
 
 import torch
@@ -170,7 +171,28 @@ def capture_call_torchbind(mode, obj, method: str, *args, **kwargs):
     val = fake_method(*meta_args, **meta_kwargs)
     node_args, node_kwargs = map_args(rec.graph_arg, ((obj, method, *args), kwargs))
     if rec.effects is not None and rec.effects.applies():
-        return rec.effects.record(call_torchbind, node_args, node_kwargs, val, mode._device(args, kwargs))
-    node = rec.node(call_torchbind, node_args, node_kwargs, val)
-    rec.user_calls.add(node)
-    return rec.wrap(val, node, mode._device(args, kwargs))
+        node, out = rec.effects.record(call_torchbind, node_args, node_kwargs, val, mode._device(args, kwargs))
+        first = 1   # with_effects returns the new token first
+    else:
+        node = rec.node(call_torchbind, node_args, node_kwargs, val)
+        rec.user_calls.add(node)
+        out, first = rec.wrap(val, node, mode._device(args, kwargs)), 0
+    _check_numbers(rec, node, val, first, f"{method}() of the custom object {objects._label(obj)}")
+    return out
+
+
+def _check_numbers(rec, node: fx.Node, val: Any, first: int, what: str) -> None:
+    """A Python number a method returned at export (the fake class's answer) is a constant to
+    the rest of the program; the real object may answer otherwise at run time (its state
+    changed), so the program checks that it answers the same, rather than compute with a
+    stale constant."""
+    results = tuple(val) if isinstance(val, tuple) else (val,)
+    single = not isinstance(val, tuple) and first == 0
+    for i, value in enumerate(results):
+        if type(value) not in (int, float, bool) or value != value:   # NaN equals nothing
+            continue
+        returned = node if single else rec.node(operator.getitem, (node, first + i), {}, value)
+        same = rec.node(operator.eq, (returned, value), {}, True)
+        message = (f"{what} returned {value!r} when the program was exported, which the program uses as a "
+                   "constant; at run time it returned another value (the object's state changed)")
+        rec.user_calls.add(rec.node(torch.ops.aten._assert_scalar.default, (same, message), {}, None))

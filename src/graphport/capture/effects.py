@@ -46,9 +46,10 @@ class EffectTokens:
         """Tokens chain the program's own graph; a call inside a branch or loop body stays as it is."""
         return self.rec.scope is self.rec.root
 
-    def record(self, target, node_args: tuple, node_kwargs: dict, val: Any, device: torch.device) -> Any:
+    def record(self, target, node_args: tuple, node_kwargs: dict, val: Any, device: torch.device
+               ) -> tuple[fx.Node, Any]:
         """Record `target(*node_args, **node_kwargs)` (output metadata `val`) as `with_effects`
-        on the current token; return its results as tracers."""
+        on the current token; return the node and its results as tracers."""
         rec = self.rec
         if self.current is None:
             self.input = self.current = rec.placeholder(TOKEN_NAME, _token_value())
@@ -58,4 +59,4 @@ class EffectTokens:
         self.current = rec.node(operator.getitem, (node, 0), {}, _token_value())
         wrapped = [rec.wrap(v, rec.node(operator.getitem, (node, i + 1), {}, v), device)
                    if isinstance(v, torch.Tensor) else v for i, v in enumerate(results)]
-        return tuple(wrapped) if isinstance(val, tuple) else wrapped[0]
+        return node, (tuple(wrapped) if isinstance(val, tuple) else wrapped[0])

@@ -232,7 +232,7 @@ class CaptureMode(_torch.TorchDispatchMode):
         node_args, node_kwargs = map_args(self.rec.graph_arg, (args, kwargs))
         effects = self.rec.effects
         if effects is not None and effects.applies() and effects_order(func):
-            return effects.record(func, node_args, node_kwargs, val, self._device(args, kwargs))
+            return effects.record(func, node_args, node_kwargs, val, self._device(args, kwargs))[1]
         node = self.rec.node(func, node_args, node_kwargs, val)
         self.rec.user_calls.add(node)
         device = self._device(args, kwargs)
