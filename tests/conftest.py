@@ -17,3 +17,11 @@ def pytest_collection_modifyitems(config, items):
 @pytest.fixture(autouse=True)
 def _seed():
     torch.manual_seed(0)
+
+
+@pytest.fixture(scope="session")
+def torchbind_classes():
+    """TorchBind classes compiled from C++ for the custom-object tests (tests/torchbind_classes.py)."""
+    from torchbind_classes import compiled_classes
+    with compiled_classes() as classes:
+        yield classes

@@ -38,7 +38,8 @@ _LAZY = {
     "export": ".export", "draft_export": ".draft", "DraftExportReport": ".draft",
     "ExportedProgram": ".program", "ModuleCallEntry": ".program", "ModuleCallSignature": ".program",
     "ExportGraphSignature": ".signature", "ExportBackwardSignature": ".signature", "InputKind": ".signature", "InputSpec": ".signature",
-    "OutputKind": ".signature", "OutputSpec": ".signature",
+    "OutputKind": ".signature", "OutputSpec": ".signature", "CustomObjArgument": ".signature",
+    "TokenArgument": ".signature",
     "register_dataclass": ".pytree",
     "refine_dynamic_shapes_from_suggested_fixes": ".shapes.check",
     "AdditionalInputs": ".shapes.dims", "Dim": ".shapes.dims", "ShapesCollection": ".shapes.dims",
@@ -90,7 +91,7 @@ sys.modules[__name__].__class__ = _Package
 
 __all__ = [
     "export", "draft_export", "DraftExportReport", "Dim", "dims", "ShapesCollection", "AdditionalInputs", "refine_dynamic_shapes_from_suggested_fixes", "ExportedProgram", "ExportGraphSignature", "ExportBackwardSignature", "InputKind", "InputSpec", "OutputKind",
-    "OutputSpec", "ModuleCallEntry", "ModuleCallSignature", "register_dataclass", "verify",
+    "OutputSpec", "CustomObjArgument", "TokenArgument", "ModuleCallEntry", "ModuleCallSignature", "register_dataclass", "verify",
     "GraphportError", "UserError", "DataDependentError", "UnsupportedOperatorError",
     "UnsupportedInputError", "InputMismatchError", "InputGuardError", "InputStructureError", "FlatArgsError", "InvalidDimError", "OperatorError", "UnsupportedFeatureError",
     "ConstraintViolationError", "ConstantMutationError", "InternalError",

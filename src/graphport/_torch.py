@@ -42,7 +42,8 @@ __all__ = ["OpOverload", "HigherOrderOperator", "TorchDispatchMode", "enable_pyt
            "set_compiler_flags", "hop_entry_module", "decomposition_table", "python_reference", "while_loop",
            "scan", "outside_dispatch_modes", "core_aten_decompositions", "auto_functionalized", "cpu_backend_kernels",
            "fake_kernel", "fake_kernel_context", "composite_implicit_op_names", "is_core_aten",
-           "skip_torch_dispatch", "lazy_graph_module", "has_global_module_hooks"]
+           "skip_torch_dispatch", "lazy_graph_module", "has_global_module_hooks", "fake_class",
+           "registered_effect"]
 
 _CIA = torch._C.DispatchKey.CompositeImplicitAutograd
 _META_CAPABLE = (torch._C.DispatchKey.Meta, torch._C.DispatchKey.CompositeExplicitAutograd,
@@ -171,3 +172,21 @@ def rename_node(node: torch.fx.Node, candidate: str) -> str:
     returns the name it got."""
     node._rename(candidate)
     return node.name
+
+
+def fake_class(qualified_name: str):
+    """The fake class registered with `torch._library.register_fake_class` for the TorchBind
+    class `qualified_name` (`__torch__.torch.classes.ns.Name`), or None."""
+    from torch._library.fake_class_registry import find_fake_class
+    return find_fake_class(qualified_name)
+
+
+def registered_effect(op) -> bool:
+    """Whether torch's effect registry marks the operator (an OpOverload or a higher-order
+    operator) as having an ordered side effect: `call_torchbind`, `aten._print`, custom ops
+    taking a TorchBind object, and ops registered effectful by their authors."""
+    import torch._higher_order_ops.effects as effects
+    if isinstance(op, OpOverload) and effects.has_aliasing(op):
+        return False
+    return effects._get_effect(op) is not None
+

@@ -68,14 +68,16 @@ class ExportedProgram:
     state_dict: dict[str, torch.Tensor]           # parameters and persistent buffers, by name
     module_call_graph: list[ModuleCallEntry]
     example_inputs: tuple[tuple, dict] | None = None
-    constants: dict[str, torch.Tensor] = field(default_factory=dict)   # lifted constants, non-persistent buffers
+    # lifted constants, non-persistent buffers, custom objects (torch.classes)
+    constants: dict[str, Any] = field(default_factory=dict)
     input_paths: list[str] = field(default_factory=list)       # printable path of each flat user input
     input_aliases: dict[int, int] = field(default_factory=dict)  # flat input index -> earlier index, same tensor
     shape_contract: ShapeContract | None = None   # shape facts of a dynamic program
     shape_env: ShapeEnv | None = None             # the symbols of the graph's values (None: all static)
     shape_report: list[str] = field(default_factory=list)      # dims made static or narrowed, and why
-    # the IR levels the program is checked at: TrainingIRVerifier as exported, another after lowering
-    verifiers: tuple[type[Verifier], ...] = field(default=(TrainingIRVerifier,), metadata=TRANSIENT)
+    # the IR levels the program is checked at: TrainingIRVerifier as exported, another after
+    # lowering; written as the first one's dialect name (the "dialect" key, for lowered programs)
+    verifiers: tuple[type[Verifier], ...] = field(default=(TrainingIRVerifier,), metadata={"written_as": "dialect"})
     # graphport.PythonEffect: what the program's Python did at export that the graph does not carry
     python_effects: list = field(default_factory=list, metadata=TRANSIENT)
     # draft_export's report on how the program was exported (torch's `ep._report`)

@@ -64,6 +64,11 @@ def _has_attr(root: torch.nn.Module, fqn: str) -> bool:
     return True
 
 
+def new_effect_token() -> torch.Tensor:
+    """The token a lowered program's first effectful call takes (capture/effects.py)."""
+    return torch.tensor([])
+
+
 def snapshot_buffer(buffer: torch.Tensor) -> torch.Tensor:
     """The value a mutated buffer has before the call. Eager updates a buffer inside the op
     that uses it (batch_norm's running stats), after autograd saved it; the functional graph
@@ -162,7 +167,7 @@ class ExportedModule(fx.GraphModule):
             elif spec.kind is InputKind.BUFFER:
                 value = ep.state_dict.get(spec.target, ep.constants.get(spec.target))
                 _set_attr(holder, spec.target, value, "buffer", spec.persistent is not False)
-            elif spec.kind is InputKind.CONSTANT_TENSOR:
+            elif spec.kind in (InputKind.CONSTANT_TENSOR, InputKind.CUSTOM_OBJ):
                 _set_attr(holder, spec.target, ep.constants[spec.target], "constant")
         for node in ep.graph.nodes:
             if node.op == "get_attr":
@@ -439,7 +444,10 @@ def _unlifted_graph(ep) -> fx.Graph:
             new.meta = dict(node.meta)
     for node in placeholders:
         spec = spec_of[node.name]
-        if spec.kind is not InputKind.USER_INPUT:
+        if spec.kind is InputKind.TOKEN:   # a fresh effect token each call, as torch's module makes one
+            env[node] = new = graph.call_function(new_effect_token, ())
+            new.meta = dict(node.meta)
+        elif spec.kind is not InputKind.USER_INPUT:
             env[node] = new = graph.get_attr(spec.target)
             new.meta = dict(node.meta)
             if spec.target in mutated:
@@ -451,11 +459,12 @@ def _unlifted_graph(ep) -> fx.Graph:
         if node.op != "output":
             env[node] = graph.node_copy(node, lambda n: env[n])
             continue
-        outputs = list(node.args[0])
+        tokens = sum(s.kind is OutputKind.TOKEN for s in sig.output_specs)   # ordered the calls; not returned
+        outputs = list(node.args[0])[tokens:]
         users = {s.arg.name: env[n] for n, s in zip(placeholders, sig.input_specs)
                  if s.kind is InputKind.USER_INPUT}
         returned = []
-        for spec, value in zip(sig.output_specs, outputs):
+        for spec, value in zip(sig.output_specs[tokens:], outputs):
             if spec.kind in _MUTATIONS or spec.kind in _GRADIENTS:
                 target = users[spec.target] if spec.kind in (OutputKind.USER_INPUT_MUTATION,
                                                               OutputKind.GRADIENT_TO_USER_INPUT) \

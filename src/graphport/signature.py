@@ -36,7 +36,24 @@ class ConstantArgument:
     value: Any
 
 
-ArgumentSpec = TensorArgument | SymIntArgument | SymFloatArgument | SymBoolArgument | ConstantArgument
+@dataclass(frozen=True)
+class CustomObjArgument:
+    """A custom object (an instance of a TorchBind class, `torch.classes.ns.Name`): its
+    placeholder's name, the class's qualified name, and, on a placeholder's `meta["val"]`,
+    the fake object capture computed with (None in a signature)."""
+    name: str
+    class_fqn: str
+    fake_val: Any = field(default=None, compare=False, repr=False)
+
+
+@dataclass(frozen=True)
+class TokenArgument:
+    """An effect token: the value that orders a program's effectful calls (`with_effects`)."""
+    name: str
+
+
+ArgumentSpec = (TensorArgument | SymIntArgument | SymFloatArgument | SymBoolArgument | ConstantArgument
+                | CustomObjArgument | TokenArgument)
 
 
 class InputKind(enum.Enum):
@@ -44,6 +61,8 @@ class InputKind(enum.Enum):
     PARAMETER = enum.auto()
     BUFFER = enum.auto()
     CONSTANT_TENSOR = enum.auto()
+    CUSTOM_OBJ = enum.auto()
+    TOKEN = enum.auto()
 
 
 class OutputKind(enum.Enum):
@@ -55,6 +74,7 @@ class OutputKind(enum.Enum):
     LOSS_OUTPUT = enum.auto()
     GRADIENT_TO_PARAMETER = enum.auto()
     GRADIENT_TO_USER_INPUT = enum.auto()
+    TOKEN = enum.auto()
 
 
 @dataclass
@@ -118,6 +138,22 @@ class ExportGraphSignature:
     @property
     def lifted_tensor_constants(self) -> list[str]:
         return [s.target for s in self._inputs(InputKind.CONSTANT_TENSOR)]
+
+    @property
+    def lifted_custom_objs(self) -> list[str]:
+        return [s.target for s in self._inputs(InputKind.CUSTOM_OBJ)]
+
+    @property
+    def inputs_to_lifted_custom_objs(self) -> dict[str, str]:
+        return {s.arg.name: s.target for s in self._inputs(InputKind.CUSTOM_OBJ)}
+
+    @property
+    def input_tokens(self) -> list[str]:
+        return [s.arg.name for s in self._inputs(InputKind.TOKEN)]
+
+    @property
+    def output_tokens(self) -> list[str]:
+        return [s.arg.name for s in self.output_specs if s.kind is OutputKind.TOKEN]
 
     @property
     def user_inputs(self) -> list[Any]:

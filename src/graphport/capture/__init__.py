@@ -75,6 +75,8 @@ def capture(fn: Callable, args: tuple, kwargs: dict, root: torch.nn.Module | Non
         rec.defer_assumptions(DeferredAssumptions(shapes.env))
         shapes.env.deferral = rec.deferred
     state = ModuleState(root, rec) if root is not None else None
+    if root is not None:
+        rec.objects.find_in(root)
     arg_names = argument_names(fn, args, kwargs)
     inputs = trace_inputs(rec, args, kwargs, arg_names, shapes)
     if shapes is not None:
@@ -104,7 +106,8 @@ def capture(fn: Callable, args: tuple, kwargs: dict, root: torch.nn.Module | Non
         graph=rec.graph,
         signature=signature,
         state_dict=state.state_dict() if state is not None else {},
-        constants={**(state.non_persistent() if state is not None else {}), **rec.constant_values},
+        constants={**(state.non_persistent() if state is not None else {}), **rec.constant_values,
+                   **rec.objects.values()},
         in_spec=inputs.in_spec,
         out_spec=out_spec,
         input_paths=inputs.paths,

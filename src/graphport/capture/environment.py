@@ -52,6 +52,7 @@ def capture_environment(module_stack_hooks: tuple[Callable, Callable] | None, sy
         stack.callback(_leave)
         stack.enter_context(_compiler_flags())
         stack.enter_context(_control_flow_entry())
+        stack.enter_context(_custom_object_methods())
         if module_stack_hooks is not None:
             stack.enter_context(_global_module_hooks(*module_stack_hooks))
         if symbolic:
@@ -157,6 +158,27 @@ def _control_flow_entry():
         yield
     finally:
         module._hop_compile_and_call = real
+
+
+@contextlib.contextmanager
+def _custom_object_methods():
+    """A method call on a TorchBind object (`self.obj.push(x)`) made while this thread
+    captures reaches torch's `call_torchbind` operator, and through it the capture mode's
+    rule (custom_objects.py), as under torch.export, instead of running the object's C++ code
+    on tracers. Calls outside a capture, on any thread, run the method as before."""
+    real = torch.ScriptMethod.__call__
+
+    def call(method, *args, **kwargs):
+        owner = method.raw_owner
+        if capturing() and isinstance(owner, torch.ScriptObject):
+            return torch.ops.higher_order.call_torchbind(owner, method.name, *args, **kwargs)
+        return real(method, *args, **kwargs)
+
+    torch.ScriptMethod.__call__ = call
+    try:
+        yield
+    finally:
+        torch.ScriptMethod.__call__ = real
 
 
 def refuse_higher_order_operator(name: str):

@@ -30,6 +30,8 @@ from .pointwise_meta import pointwise_meta
 from .reduction_meta import reduction_meta
 from .view_meta import view_meta
 from .recorder import Recorder
+from .custom_objects import is_custom_object
+from .effects import orders as effects_order
 from .rules import HIGHER_ORDER, SPECIAL
 from .tracer import META, TracerTensor, data_dependent
 
@@ -160,6 +162,8 @@ class CaptureMode(_torch.TorchDispatchMode):
             return self.rec.constant(a).gp_meta
         if isinstance(a, torch.device):
             return META
+        if is_custom_object(a):
+            return self.rec.objects.fake(a)   # what fake kernels of custom ops taking the object get
         return a
 
     def _device(self, args, kwargs) -> torch.device:
@@ -231,6 +235,9 @@ class CaptureMode(_torch.TorchDispatchMode):
         if func in _INFERRED_SIZE and self.rec.sizes is not None and isinstance(val, torch.Tensor):
             args = (args[0], _spelled_out(args[1], val.shape), *args[2:])
         node_args, node_kwargs = map_args(self.rec.graph_arg, (args, kwargs))
+        effects = self.rec.effects
+        if effects is not None and effects.applies() and effects_order(func):
+            return effects.record(func, node_args, node_kwargs, val, self._device(args, kwargs))[1]
         node = self.rec.node(func, node_args, node_kwargs, val)
         self.rec.user_calls.add(node)
         device = self._device(args, kwargs)

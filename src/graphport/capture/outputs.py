@@ -80,8 +80,11 @@ def _argument(value: Any):
 
 
 def _constant_specs(rec: Recorder) -> list[InputSpec]:
-    return [InputSpec(InputKind.CONSTANT_TENSOR, TensorArgument(name), target)
-            for name, target in rec.constant_targets.items()]
+    """Constant tensors and custom objects, in the order the program first used them (as torch.export lists them)."""
+    specs = {name: InputSpec(InputKind.CONSTANT_TENSOR, TensorArgument(name), target)
+             for name, target in rec.constant_targets.items()}
+    specs.update(rec.objects.input_specs())
+    return [specs[n.name] for n in rec.placeholders if n.name in specs]
 
 
 def _order_placeholders(graph: fx.Graph, names: list[str]) -> None:

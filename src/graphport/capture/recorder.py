@@ -23,6 +23,8 @@ from ..ops.views import COVERS_SOURCE, ViewStep, replay, scatter_back
 from ..values import DEVICE_KEY
 from ..source import user_stack
 from .grad import GradFlow
+from .custom_objects import CustomObjects, is_custom_object
+from .effects import EffectTokens
 from .meta_cache import MetaCache
 from .scope import Scope
 from .sizes import SizeValues, as_sym, emit_recipe, is_sym, recomputed_inside
@@ -42,6 +44,8 @@ class Recorder:
         self.constant_names: dict[int, str] = {}           # id(attribute tensor) -> attribute fqn
         self.state_tracers: dict[int, TracerTensor] = {}   # id(real parameter or buffer) -> its tracer
         self.constant_targets: dict[str, str] = {}         # placeholder name -> constant target
+        self.objects = CustomObjects(self)                  # TorchBind objects the module holds (custom_objects.py)
+        self.effects: EffectTokens | None = None            # when effectful calls are chained by tokens (effects.py)
         self.placeholders: list[fx.Node] = []               # in the order they were created
         self.placeholder_tracers: set[int] = set()          # id() of tracers standing for placeholders
         self.user_calls: set[fx.Node] = set()               # nodes the program asked for (never dead code)
@@ -252,6 +256,8 @@ class Recorder:
             return self.value(self.constant(a))
         if is_sym(a):
             return self.sym_value(a)
+        if is_custom_object(a):
+            return self.objects.node(a)
         return a
 
     # -- recording ----------------------------------------------------------------------

@@ -30,6 +30,8 @@ from ..errors import OperatorError, UnsupportedFeatureError
 from ..ops.policy import DispatchPolicy
 from ..ops.vocabulary import SYMBOLIC_SIZE_OPS
 from ..shapes.node import symint
+from .custom_objects import call_torchbind, is_custom_object
+from .effects import EffectTokens
 from .dead_code import eliminate_dead_code
 from ..values import capture_value
 from .data_dependent import assert_fact, bind_symbol
@@ -61,6 +63,7 @@ class ReplayInputs:
     named: frozenset[str] = frozenset()   # nodes named outside the graph (preserved call signatures)
     subgraph: bool = False   # a control-flow subgraph: its sizes come from its own placeholders
     gradients: GradientRequest | None = None   # record these gradients after the outputs
+    effect_tokens: bool = False   # chain effectful calls with effect tokens (effects.py), as torch's lowering does
 
 
 @dataclass
@@ -70,6 +73,7 @@ class Replayed:
     constant_values: dict[str, torch.Tensor]   # target -> tensor, for those
     renamed: dict[str, Any]                # name in `named` -> its value's node name now (or the constant it is)
     gradients: GradientReport | None = None   # with a GradientRequest: what differentiating found
+    tokens: tuple[str, str] | None = None  # (input, output) effect token names, when effectful calls were chained
 
 
 def replay(gm: fx.GraphModule, policy: DispatchPolicy, inputs: ReplayInputs) -> Replayed:
@@ -77,6 +81,8 @@ def replay(gm: fx.GraphModule, policy: DispatchPolicy, inputs: ReplayInputs) -> 
     order, metadata) and the same outputs."""
     rec = Recorder(locations=False)
     rec.detach_nodes = inputs.gradients is None   # under autograd, detach stops the gradient itself
+    if inputs.effect_tokens:
+        rec.effects = EffectTokens(rec)
     values: dict[fx.Node, Any] = {}
     placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
     for p in placeholders:
@@ -112,6 +118,8 @@ def replay(gm: fx.GraphModule, policy: DispatchPolicy, inputs: ReplayInputs) -> 
                 named = {n.name: _graph_value(rec, values[n]) for n in values if n.name in inputs.named}
                 keep.update(v for v in named.values() if isinstance(v, fx.Node))
                 _inherit(rec.graph, mark, last_meta)
+                if rec.effects is not None and rec.effects.current is not None:
+                    outputs = (rec.effects.current, *outputs)   # the token output comes first, as torch's
                 rec.graph.output(outputs)
                 break
             if inputs.env is not None:
@@ -122,13 +130,15 @@ def replay(gm: fx.GraphModule, policy: DispatchPolicy, inputs: ReplayInputs) -> 
             last_meta = node.meta
             if node.op == "call_function" and not node.users:
                 keep.update(_nodes_of(rec, result))   # the program asked for it (it may raise): it stays
-    _order_placeholders(rec.graph, [p.name for p in placeholders], list(rec.constant_targets),
-                        inputs.user_inputs[0] if inputs.user_inputs else None)
+    tokens = None if rec.effects is None or rec.effects.input is None else (
+        rec.effects.input.name, rec.effects.current.name)
+    _order_placeholders(rec.graph, ([tokens[0]] if tokens is not None else []) + [p.name for p in placeholders],
+                        list(rec.constant_targets), inputs.user_inputs[0] if inputs.user_inputs else None)
     eliminate_dead_code(rec.graph, keep)
     new_constants = {name: target for name, target in rec.constant_targets.items()}
     renamed = {name: value.name if isinstance(value, fx.Node) else value for name, value in named.items()}
     return Replayed(fx.GraphModule(owner, rec.graph, class_name="GraphModule"), new_constants,
-                    {t: v for t, v in rec.constant_values.items() if t not in known}, renamed, report)
+                    {t: v for t, v in rec.constant_values.items() if t not in known}, renamed, report, tokens)
 
 
 def _with_gradients(rec: Recorder, gm: fx.GraphModule, returned, values: dict,
@@ -245,6 +255,9 @@ def _placeholder(rec: Recorder, p: fx.Node, inputs: ReplayInputs) -> Any:
             rec.placeholder_tracers.add(id(tracer))
         made = rec.root_value(tracer)
         value = tracer
+    elif is_custom_object(inputs.constants.get(p.name)):
+        value = inputs.constants[p.name]
+        made = rec.objects.lift_as(value, p.name, inputs.constant_targets[p.name])
     else:
         made = rec.placeholder(p.name, val)
         value = val
@@ -298,6 +311,8 @@ def _run(rec: Recorder, gm: fx.GraphModule, node: fx.Node, values: dict, policy:
         return target(*args, **kwargs)
     if target is torch.ops.aten._assert_scalar.default:
         return _assert_scalar(rec, inputs.env, *args)
+    if target is call_torchbind:   # a method call on a custom object: the capture rule records it again
+        return target(*args, **kwargs)
     if isinstance(target, _torch.HigherOrderOperator):
         return _record_as_is(rec, node, args, kwargs)
     if target in _VIEWS_OF_VALUES:

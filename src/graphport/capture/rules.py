@@ -6,6 +6,7 @@ from typing import Any, Callable
 import torch
 
 from .control_flow import capture_cond, capture_map, capture_scan, capture_while_loop
+from .custom_objects import capture_call_torchbind
 from .tracer import TracerTensor
 
 aten = torch.ops.aten
@@ -107,4 +108,5 @@ SPECIAL: dict[Any, Callable] = {
 
 
 HIGHER_ORDER: dict[str, Callable] = {"cond": capture_cond, "map_impl": capture_map,
-                                      "while_loop": capture_while_loop, "scan": capture_scan}
+                                      "while_loop": capture_while_loop, "scan": capture_scan,
+                                      "call_torchbind": capture_call_torchbind}

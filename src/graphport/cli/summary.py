@@ -60,7 +60,8 @@ def summary(ep: ExportedProgram, version: str | None = None) -> str:
             meta = val.meta.get("val") if isinstance(val, torch.fx.Node) else val
             lines.append(f"  {spec.arg.name}: {describe_value(meta, readable)}")
         else:
-            lines.append(f"  {spec.arg.name}: {spec.kind.name.lower().replace('_', ' ')} of {spec.target}")
+            what = spec.kind.name.lower().replace('_', ' ')
+            lines.append(f"  {spec.arg.name}: {what}" + (f" of {spec.target}" if spec.target is not None else ""))
     if ep.shape_contract and ep.shape_contract.symbols:
         lines.append("dimensions:")
         for fact in ep.shape_contract.symbols.values():

@@ -174,6 +174,8 @@ class _Values:
             return self._sym(value)
         if isinstance(value, (list, tuple)):
             return type(value)(self.convert(v) for v in value)
+        if isinstance(value, tsig.CustomObjArgument):
+            return gsig.CustomObjArgument(value.name, value.class_fqn)
         return value
 
     def _sym(self, value):
@@ -243,6 +245,10 @@ def _functionalize_fresh_in_place(gm: fx.GraphModule) -> None:
 def _argument(arg) -> gsig.ArgumentSpec:
     if isinstance(arg, tsig.ConstantArgument):
         return gsig.ConstantArgument(arg.name, arg.value)
+    if isinstance(arg, tsig.CustomObjArgument):
+        return gsig.CustomObjArgument(arg.name, arg.class_fqn)
+    if isinstance(arg, tsig.TokenArgument):
+        return gsig.TokenArgument(arg.name)
     kind = getattr(gsig, type(arg).__name__, None)
     if kind is None:
         raise UnsupportedFeatureError(f"the program has a {type(arg).__name__} ({arg.name}), which graphport "

@@ -26,6 +26,7 @@ from torch.utils._pytree import SequenceKey, keystr, tree_flatten, tree_map, tre
 from torch.utils._sympy.functions import FloorDiv, PythonMod
 from torch._export.verifier import TrainingIRVerifier, Verifier
 from torch._guards import GuardSource, ShapeGuard, Source
+from torch._library.fake_class_registry import maybe_to_fake_obj
 
 from .. import signature as gsig
 from ..errors import UnsupportedFeatureError
@@ -73,6 +74,7 @@ def to_torch(ep: ExportedProgram, dialect: str = "TRAINING") -> texport.Exported
         drop_unserializable_meta(g)
         if dialect == "TRAINING":
             to_training_ir(g)
+    _fake_objects(ep, graph, fake_mode)
     if contract is not None:
         _bind_computed_symbols(graph, root, contract, symbols)
         _add_input_guards(shape_env, contract, symbols, paths)
@@ -263,6 +265,8 @@ class _Values:
             return self._sym(value)
         if isinstance(value, (list, tuple)):
             return type(value)(self.convert(v) for v in value)
+        if isinstance(value, gsig.CustomObjArgument):
+            return tsig.CustomObjArgument(name=value.name, class_fqn=value.class_fqn)   # its fake: _fake_objects
         return value
 
     def _sym(self, value):
@@ -364,11 +368,25 @@ def _path_to(value: Any, sym: sympy.Symbol, path: tuple) -> tuple | None:
     return None
 
 
+def _fake_objects(ep: ExportedProgram, graph: fx.Graph, fake_mode: FakeTensorMode) -> None:
+    """Each custom object's placeholder carries torch's fake of the object (made from the
+    object by its registered fake class), as torch.export's placeholders do: torch's passes
+    call its methods for the metadata of call_torchbind."""
+    targets = ep.graph_signature.inputs_to_lifted_custom_objs
+    for node in graph.nodes:
+        if node.op == "placeholder" and node.name in targets:
+            node.meta["val"] = tsig.CustomObjArgument(
+                name=node.name, class_fqn=node.meta["val"].class_fqn,
+                fake_val=maybe_to_fake_obj(fake_mode, ep.constants[targets[node.name]]))
+
+
 # -- signature and call graph ---------------------------------------------------------------------
 
 def argument_to_torch(arg: gsig.ArgumentSpec):
     if isinstance(arg, gsig.ConstantArgument):
         return tsig.ConstantArgument(name=arg.name, value=arg.value)
+    if isinstance(arg, gsig.CustomObjArgument):
+        return tsig.CustomObjArgument(name=arg.name, class_fqn=arg.class_fqn)
     return getattr(tsig, type(arg).__name__)(name=arg.name)
 
 

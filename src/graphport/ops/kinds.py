@@ -125,8 +125,19 @@ def is_impure(target) -> bool:
     The meaning of fx's `Node.is_impure`, decided from the operator's schema and tags."""
     if isinstance(target, _torch.OpOverload):
         return (target._schema.is_mutable or target in _SIDE_EFFECT_OPS
-                or torch.Tag.nondeterministic_seeded in target.tags)
+                or torch.Tag.nondeterministic_seeded in target.tags or _takes_custom_object(target))
+    if isinstance(target, _torch.HigherOrderOperator):
+        return target.name() in _EFFECTFUL_HIGHER_ORDER
     return False
+
+
+# Method calls on custom objects, and their effect-ordered form (capture/custom_objects.py).
+_EFFECTFUL_HIGHER_ORDER = frozenset({"call_torchbind", "with_effects"})
+
+
+def _takes_custom_object(op) -> bool:
+    """A custom operator taking a TorchBind object may change its state: torch registers it effectful."""
+    return any(isinstance(a.type, torch.ClassType) for a in op._schema.arguments)
 
 
 _SIDE_EFFECT_OPS = frozenset({aten._assert_scalar.default, aten._assert_async.msg, aten.sym_constrain_range.default,

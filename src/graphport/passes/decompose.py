@@ -25,8 +25,8 @@ from .. import _torch, progress
 from ..capture.replay import ReplayInputs, replay
 from ..errors import UnsupportedFeatureError
 from ..ops.decompositions import DecompositionTable, TablePolicy, default_decompositions
-from ..signature import (ConstantArgument, ExportGraphSignature, InputKind, InputSpec, OutputSpec, SymBoolArgument,
-                         SymFloatArgument, SymIntArgument, TensorArgument)
+from ..signature import (ConstantArgument, ExportGraphSignature, InputKind, InputSpec, OutputKind, OutputSpec,
+                         SymBoolArgument, SymFloatArgument, SymIntArgument, TensorArgument, TokenArgument)
 from .lowering_sizes import LoweredValidity, lowered_validity
 from .verifier import CoreATenVerifier, Verifier
 
@@ -78,8 +78,12 @@ def run_decompositions(ep: ExportedProgram, decomp_table: dict[Any, Callable] | 
     input_specs[first_user:first_user] = [InputSpec(InputKind.CONSTANT_TENSOR, TensorArgument(name), target)
                                           for name, target in replayed.new_constants.items()]
     out_values = next(n for n in graph.nodes if n.op == "output").args[0]
+    token_outputs = 0 if replayed.tokens is None else 1
     output_specs = [OutputSpec(spec.kind, _argument(value), spec.target)
-                    for spec, value in zip(ep.graph_signature.output_specs, out_values)]
+                    for spec, value in zip(ep.graph_signature.output_specs, out_values[token_outputs:])]
+    if replayed.tokens is not None:   # effectful calls chained by a token (capture/effects.py), as torch lowers them
+        input_specs.insert(0, InputSpec(InputKind.TOKEN, TokenArgument(replayed.tokens[0]), None))
+        output_specs.insert(0, OutputSpec(OutputKind.TOKEN, TokenArgument(replayed.tokens[1]), None))
     contract, report = _narrowed(ep, env, proven.valid_from)
     lowered = ep.replace(
         graph_module=replayed.graph_module, graph_signature=ExportGraphSignature(input_specs, output_specs),
@@ -136,14 +140,14 @@ def _replay_inputs(ep: ExportedProgram, env, named: frozenset[str]) -> ReplayInp
             devices[spec.arg.name] = ep.state_dict[spec.target].device
         elif spec.kind is InputKind.BUFFER:
             devices[spec.arg.name] = ep.state_dict.get(spec.target, ep.constants.get(spec.target)).device
-        elif spec.kind is InputKind.CONSTANT_TENSOR:
+        elif spec.kind in (InputKind.CONSTANT_TENSOR, InputKind.CUSTOM_OBJ):
             constants[spec.arg.name] = ep.constants[spec.target]
             targets[spec.arg.name] = spec.target
     users = [s.arg.name for s in sig.input_specs if s.kind is InputKind.USER_INPUT]
     if ep.example_inputs is not None:
         leaves = pytree.tree_leaves(ep.example_inputs)
         devices.update({name: leaf.device for name, leaf in zip(users, leaves) if isinstance(leaf, torch.Tensor)})
-    return ReplayInputs(devices, constants, targets, users, env, named)
+    return ReplayInputs(devices, constants, targets, users, env, named, effect_tokens=True)
 
 
 def _traced_again(graph: fx.Graph, env) -> bool:

@@ -90,7 +90,7 @@ def export_forward_backward(ep: ExportedProgram, joint_loss_index: int = 0) -> E
     policy = TablePolicy(_joint_table())
 
     def inputs(shape_env):
-        return dataclasses.replace(_replay_inputs(ep, shape_env, frozenset()), gradients=request)
+        return dataclasses.replace(_replay_inputs(ep, shape_env, frozenset()), gradients=request, effect_tokens=False)
 
     def joint_again(program: fx.GraphModule, pinned_env) -> tuple:
         again = replay(program, policy, inputs(pinned_env))

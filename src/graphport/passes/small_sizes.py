@@ -145,7 +145,10 @@ def _try(pins: dict[sympy.Symbol, int], retrace, shapes: InputShapes, graph: fx.
 def _compare_constants(ours: dict, theirs: dict) -> tuple[str, None] | None:
     for name in sorted(set(ours) | set(theirs)):
         a, b = ours.get(name), theirs.get(name)
-        same = (a is not None and b is not None and a.dtype == b.dtype and a.shape == b.shape
+        if not isinstance(a, torch.Tensor) or not isinstance(b, torch.Tensor):   # custom objects: the module's own
+            if a is b:
+                continue
+        same = (isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor) and b is not None and a.dtype == b.dtype and a.shape == b.shape
                 and (a.device.type == "meta" or b.device.type == "meta" or torch.equal(a, b)))
         if not same:
             return f"the constant {name} has another value there (a tensor made from sizes in Python)", None

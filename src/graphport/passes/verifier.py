@@ -14,17 +14,22 @@ from ..ops.decompositions import lowerable
 from ..ops.kinds import writes_arguments
 from ..errors import InternalError
 from ..ops.vocabulary import SYMBOLIC_SIZE_OPS
-from ..signature import ConstantArgument, InputKind, OutputKind
+from ..signature import ConstantArgument, CustomObjArgument, InputKind, OutputKind, TokenArgument
 
-_INPUT_ORDER = [InputKind.PARAMETER, InputKind.BUFFER, InputKind.CONSTANT_TENSOR, InputKind.USER_INPUT]
-# rank of each output kind: state mutations, input mutations, user outputs (a joint program's
-# loss among them), then a joint program's gradients
-_OUTPUT_RANK = {OutputKind.PARAMETER_MUTATION: 0, OutputKind.BUFFER_MUTATION: 1, OutputKind.USER_INPUT_MUTATION: 2,
-                OutputKind.USER_OUTPUT: 3, OutputKind.LOSS_OUTPUT: 3,
-                OutputKind.GRADIENT_TO_PARAMETER: 4, OutputKind.GRADIENT_TO_USER_INPUT: 5}
+# Rank of each input kind: effect tokens, parameters, buffers, constants (tensors and custom
+# objects, in the order the program first used them, as torch.export lists them), user inputs.
+_INPUT_RANK = {InputKind.TOKEN: 0, InputKind.PARAMETER: 1, InputKind.BUFFER: 2, InputKind.CONSTANT_TENSOR: 3,
+               InputKind.CUSTOM_OBJ: 3, InputKind.USER_INPUT: 4}
+# rank of each output kind: effect tokens, state mutations, input mutations, user outputs (a
+# joint program's loss among them), then a joint program's gradients
+_OUTPUT_RANK = {OutputKind.TOKEN: 0, OutputKind.PARAMETER_MUTATION: 1, OutputKind.BUFFER_MUTATION: 2,
+                OutputKind.USER_INPUT_MUTATION: 3, OutputKind.USER_OUTPUT: 4, OutputKind.LOSS_OUTPUT: 4,
+                OutputKind.GRADIENT_TO_PARAMETER: 5, OutputKind.GRADIENT_TO_USER_INPUT: 6}
 
 
 _CONTROL_FLOW = frozenset({"cond", "map_impl", "while_loop", "scan"})
+# A method call on a custom object, and an effectful call ordered by an effect token.
+_EFFECTS = frozenset({"call_torchbind", "with_effects"})
 # Higher-order operators for a mutating custom op made functional (capture/custom_ops.py).
 _FUNCTIONALIZED = frozenset({"auto_functionalized"})
 # Assertion operators the IR uses for data-dependent facts: part of every dialect.
@@ -43,7 +48,7 @@ def _is_allowed_target(target) -> bool:
     if target is operator.getitem or target in SYMBOLIC_SIZE_OPS:
         return True
     if isinstance(target, _torch.HigherOrderOperator):
-        return target.name() in _CONTROL_FLOW or target.name() in _FUNCTIONALIZED
+        return target.name() in _CONTROL_FLOW or target.name() in _FUNCTIONALIZED or target.name() in _EFFECTS
     return isinstance(target, _torch.OpOverload)
 
 
@@ -120,9 +125,9 @@ def verify(ep, dialect: str = "default") -> None:
         _fail(next(n for n in nodes[len(placeholders):] if n.op == "placeholder"), "placeholders must come first")
     if [n.name for n in placeholders] != [s.arg.name for s in sig.input_specs]:
         _fail(None, "placeholders must match the signature's inputs one to one, in order")
-    kinds = [_INPUT_ORDER.index(s.kind) for s in sig.input_specs]
+    kinds = [_INPUT_RANK[s.kind] for s in sig.input_specs]
     if kinds != sorted(kinds):
-        _fail(None, "inputs must be ordered parameters, buffers, constants, user inputs")
+        _fail(None, "inputs must be ordered tokens, parameters, buffers, constants, user inputs")
     for spec in sig.input_specs:
         if spec.kind is InputKind.PARAMETER and spec.target not in ep.state_dict:
             _fail(None, f"parameter {spec.target} has no entry in state_dict")
@@ -132,6 +137,12 @@ def verify(ep, dialect: str = "default") -> None:
                         f"{'state_dict' if spec.persistent is not False else 'constants'}")
         if spec.kind is InputKind.CONSTANT_TENSOR and spec.target not in ep.constants:
             _fail(None, f"constant {spec.target} has no entry in constants")
+        if spec.kind is InputKind.CUSTOM_OBJ and not (isinstance(spec.arg, CustomObjArgument)
+                                                      and isinstance(ep.constants.get(spec.target), torch.ScriptObject)):
+            _fail(None, f"custom object input {spec.arg.name} needs a CustomObjArgument and its object in constants")
+        if (spec.kind is InputKind.TOKEN) != isinstance(spec.arg, TokenArgument):
+            _fail(None, f"input {spec.arg.name}: effect tokens, and only they, are TokenArguments")
+    _check_placeholder_values(placeholders, sig)
     outputs = [n for n in nodes if n.op == "output"]
     if len(outputs) != 1 or nodes[-1] is not outputs[0]:
         _fail(None, "there must be exactly one output node, the last node")
@@ -156,8 +167,46 @@ def verify(ep, dialect: str = "default") -> None:
         _fail(outputs[0], "a program has at most one loss output")
     okinds = [_OUTPUT_RANK[s.kind] for s in sig.output_specs]
     if okinds != sorted(okinds):
-        _fail(outputs[0], "outputs must be ordered state mutations, input mutations, user outputs, gradients")
+        _fail(outputs[0], "outputs must be ordered tokens, state mutations, input mutations, user outputs, gradients")
+    _check_effect_tokens(nodes, sig)
     _check_nodes(ep.graph_module, "the graph", dialect)
+
+
+def _check_placeholder_values(placeholders: list[fx.Node], sig) -> None:
+    """A custom object's placeholder carries a CustomObjArgument naming its class; only it does."""
+    for node, spec in zip(placeholders, sig.input_specs):
+        val = node.meta.get("val")
+        if (spec.kind is InputKind.CUSTOM_OBJ) != isinstance(val, CustomObjArgument) or (
+                isinstance(val, CustomObjArgument) and val.class_fqn != spec.arg.class_fqn):
+            _fail(node, "a custom object's placeholder needs meta['val'], a CustomObjArgument of its class")
+
+
+def _check_effect_tokens(nodes: list[fx.Node], sig) -> None:
+    """Effect tokens form one chain: each input token is read by one `with_effects` call,
+    whose new token the next reads, and the last is an output token (torch's form after
+    lowering). Without tokens, no `with_effects` call."""
+    inputs = [n for n in nodes if n.op == "placeholder" and n.name in set(sig.input_tokens)]
+    calls = [n for n in nodes if n.op == "call_function" and isinstance(n.target, _torch.HigherOrderOperator)
+             and n.target.name() == "with_effects"]
+    if len(inputs) != len(sig.output_tokens) or (calls and not inputs):
+        _fail(None, "effect tokens must come in (input, output) pairs, one pair per chain of with_effects calls")
+    for start, out_name in zip(inputs, sig.output_tokens):
+        token = start
+        while True:
+            readers = [u for u in token.users if u in calls and u.args[0] is token]
+            others = [u for u in token.users if u not in readers and u.op != "output"]
+            if len(readers) > 1 or others:
+                _fail(token, "an effect token is read by exactly one with_effects call, as its first argument")
+            if not readers:
+                break
+            calls.remove(readers[0])
+            token = next((u for u in readers[0].users if u.target is operator.getitem and u.args[1] == 0), None)
+            if token is None:
+                _fail(readers[0], "a with_effects call's new token (its result 0) must be taken")
+        if token.name != out_name:
+            _fail(token, f"the effect chain from {start.name} must end in the output token {out_name}")
+    if calls:
+        _fail(calls[0], "every with_effects call must be on a token chain")
 
 
 def _check_nodes(module: fx.GraphModule, where: str, dialect: str) -> None:

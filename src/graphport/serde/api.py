@@ -22,6 +22,7 @@ from safetensors.torch import load_file
 from .. import progress
 from ..errors import ArtifactError, GraphportError
 from ..program import ExportedProgram
+from ..signature import InputKind
 from .archive import ArchiveReader, ArchiveWriter, dump_json
 from .direct_io import DirectRegionFile
 from .integrity import check_member, check_tensors, checksums
@@ -43,6 +44,7 @@ def save(ep: ExportedProgram, f: PathOrFile, *, extra_files: dict[str, str | byt
     if not isinstance(ep, ExportedProgram):
         raise ArtifactError(f"save expects a graphport ExportedProgram, got a {type(ep).__qualname__}",
                             fix="pass the program graphport.export returned")
+    _refuse_custom_objects(ep)
     extras = _extra_bytes(extra_files or {})
     start = time.perf_counter()
     table = TensorTable()
@@ -58,6 +60,22 @@ def save(ep: ExportedProgram, f: PathOrFile, *, extra_files: dict[str, str | byt
     if log.isEnabledFor(logging.INFO):
         log.info("saved %d nodes, %d tensors (%d bytes) in %.3f s", len(ep.graph.nodes), len(table.data),
                  sum(t.numel() * t.element_size() for t in table.data.values()), time.perf_counter() - start)
+
+
+def _refuse_custom_objects(ep: ExportedProgram) -> None:
+    """A custom object (a TorchBind instance) is C++ state: torch.export.save pickles it, and
+    loading it runs that pickle. graphport's archives load without running code, so they do
+    not store one."""
+    objects = [s for s in ep.graph_signature.input_specs if s.kind is InputKind.CUSTOM_OBJ]
+    if objects:
+        listed = ", ".join(f"'{s.target}' ({s.arg.class_fqn.removeprefix('__torch__.torch.classes.')})"
+                           for s in objects)
+        raise ArtifactError(
+            f"the program holds the custom object{'s' if len(objects) > 1 else ''} {listed}; a graphport archive "
+            "stores no objects, since restoring one means running its class's code (torch.export.save pickles it)",
+            fix="keep the program in memory, or save it with torch: `torch.export.save(graphport.interop.to_torch(ep), "
+                "path)` (it pickles the object: load such a file only from a source you trust), or keep the object's "
+                "state as tensors on the module instead of in a torch.classes object")
 
 
 def _extra_bytes(extra_files: dict) -> dict[str, bytes]:

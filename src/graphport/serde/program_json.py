@@ -3,9 +3,10 @@
 Top-level keys, in the order they are written: format, version, custom_ops, shape_env,
 graph, signature, state_dict, constants, range_constraints, shape_contract,
 module_call_graph, input_paths, input_aliases, shape_report, example_inputs,
-extra_files (api.save adds weight_checksums, last). schema.json is the format's JSON Schema;
-load validates the document against it before anything here reads it. The document is the
-ExportedProgram record's fields but those its definition marks transient; range_constraints
+extra_files, dialect (only for a lowered program; api.save adds weight_checksums, last).
+schema.json is the format's JSON Schema; load validates the document against it before
+anything here reads it. The document is the ExportedProgram record's fields but those its
+definition marks transient (verifiers are written as the dialect's name); range_constraints
 is derived from shape_contract, written for older readers and not read back.
 """
 from __future__ import annotations
@@ -20,7 +21,8 @@ from ..program import ExportedProgram, ModuleCallEntry, ModuleCallSignature
 from ..shapes.contract import ComputedValue, ShapeContract
 from ..shapes.env import ShapeEnv
 from ..signature import (ConstantArgument, ExportGraphSignature, InputKind, InputSpec, OutputKind, OutputSpec,
-                         SymBoolArgument, SymFloatArgument, SymIntArgument, TensorArgument)
+                         SymBoolArgument, SymFloatArgument, SymIntArgument, TensorArgument, TokenArgument)
+from ..passes.verifier import CoreATenVerifier, TrainingIRVerifier, Verifier
 from .check import check_graph
 from .coherence import check_coherence
 from .graph_json import graph_from_json, graph_to_json
@@ -35,8 +37,11 @@ VERSION = (1, 3)
 pytree = _torch.pytree
 
 _ARGUMENTS = {"tensor": TensorArgument, "symint": SymIntArgument, "symfloat": SymFloatArgument,
-              "symbool": SymBoolArgument}
+              "symbool": SymBoolArgument, "token": TokenArgument}
 _ARGUMENT_NAMES = {v: k for k, v in _ARGUMENTS.items()}
+# The program's operator level (`ep.dialect`, and whether lowered to the Core ATen opset); absent: as exported.
+_DIALECTS = {"TRAINING": TrainingIRVerifier, "ATEN": Verifier, "CORE_ATEN": CoreATenVerifier}
+_DIALECT_NAMES = {v: k for k, v in _DIALECTS.items()}
 
 
 # -- saving ---------------------------------------------------------------------------------
@@ -65,6 +70,8 @@ def program_to_json(ep: ExportedProgram, table: TensorTable, extra_names: list[s
         "example_inputs": _examples(ep.example_inputs, table) if with_examples and ep.example_inputs else None,
         "extra_files": extra_names,
     }
+    if ep.verifier is not TrainingIRVerifier:   # written only for a lowered program: exported ones stay unchanged
+        doc["dialect"] = _DIALECT_NAMES[ep.verifier]
     return doc
 
 
@@ -156,9 +163,13 @@ def program_from_json(doc: dict, binder: TensorBinder, weights: dict[str, torch.
     if not all(isinstance(p, str) for p in paths + report):
         _fail("input_paths or shape_report")
     examples = _examples_from(doc.get("example_inputs"), binder)
+    dialect = doc.get("dialect", "TRAINING")
+    if dialect not in _DIALECTS:
+        _fail(f"dialect {_short(dialect)}")
     fields = dict(graph_module=gm, graph_signature=signature, state_dict=state_dict, module_call_graph=call_graph,
                   example_inputs=examples, constants=constants, input_paths=paths, input_aliases=aliases,
-                  shape_contract=contract, shape_env=env, shape_report=report)
+                  shape_contract=contract, shape_env=env, shape_report=report,
+                  verifiers=[_DIALECTS[dialect]])
     check_coherence(fields)
     check_graph(gm, env)
     try:

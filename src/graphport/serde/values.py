@@ -16,10 +16,12 @@ from typing import Any, Callable
 import torch
 import torch.fx as fx
 
+from .. import _torch
 from ..errors import ArtifactError
 from ..values import RuntimeValue
 from ..shapes.env import ShapeEnv
 from .symbolic import _short, sym_from_json, sym_to_json
+from .targets import target_from_json, target_to_json
 
 DTYPES: dict[str, torch.dtype] = {name: v for name, v in sorted(vars(torch).items()) if isinstance(v, torch.dtype)}
 _DTYPE_NAMES = {v: k for k, v in reversed(list(DTYPES.items()))}
@@ -71,6 +73,8 @@ def encode(value: Any, where: str) -> Any:
         return {"slice": [encode(value.start, where), encode(value.stop, where), encode(value.step, where)]}
     if isinstance(value, (torch.SymInt, torch.SymFloat, torch.SymBool)):
         return {"sym": sym_to_json(value)}
+    if isinstance(value, (_torch.OpOverload, _torch.HigherOrderOperator)):   # the call `with_effects` orders
+        return {"operator": target_to_json(value, where)}
     if isinstance(value, RuntimeValue):   # its sizes, and the device it reports
         return {"tensor": {**_tensor_meta(value.gp_meta, where), "device": str(value.device)}}
     if isinstance(value, torch.Tensor):
@@ -191,7 +195,15 @@ _HANDLERS: dict[str, Callable] = {
     "tuple": Decoder._tuple, "dict": Decoder._dict, "node": Decoder._node, "float": Decoder._float,
     "device": Decoder._device, "slice": Decoder._slice, "sym": Decoder._sym, "tensor": Decoder._tensor,
     "dtype": lambda self, body: dtype_from_name(body),
+    "operator": lambda self, body: _operator(self, body),
 }
+
+
+def _operator(decoder: Decoder, body: Any) -> Any:
+    found = target_from_json(body, decoder.context)
+    if not isinstance(found, (_torch.OpOverload, _torch.HigherOrderOperator)):
+        raise ArtifactError(f"{decoder.context}: an operator argument names {_short(body)}, which is no operator")
+    return found
 
 
 def _table_handler(table: dict, what: str) -> Callable:

@@ -19,6 +19,7 @@ import torch.fx as fx
 
 from .. import _torch
 from ..errors import FlatArgsError, InputStructureError
+from ..passes.effect_tokens import without_effect_tokens
 from ..signature import InputKind
 from .calls import Call, CallTree, call_tree
 from .convention import check_accepts
@@ -54,7 +55,9 @@ def unflatten(ep, flat_args_adapter: FlatArgsAdapter | None = None) -> "Unflatte
     """An nn.Module with the exported module's hierarchy, state at its original names, and
     forward computing what `ep.module()` computes; submodules exported with a preserved call
     signature keep their calling convention and can be swapped (`set_submodule`). A call with
-    another input structure goes through `flat_args_adapter`, when given."""
+    another input structure goes through `flat_args_adapter`, when given. A lowered program's
+    effect tokens are removed first (passes/effect_tokens.py), as torch's unflatten does."""
+    ep = without_effect_tokens(ep)
     return _with_original_arguments(ep)(ep, flat_args_adapter)
 
 

@@ -94,11 +94,12 @@ def _graph_nodes(gm: fx.GraphModule, tables: _Tables, readable: dict, state: dic
             item["a"] = [["result", _value(n.args[0], index, readable), 0]]
         if n.op == "placeholder" and n.name in state:
             kind, target = state[n.name]
-            item["t"] = f"{kind.name.lower()} {target}"
+            item["t"] = kind.name.lower() if target is None else f"{kind.name.lower()} {target}"
             item["w"] = 1
-            if target in tensors:
+            if isinstance(tensors.get(target), torch.Tensor):
                 item.update(_statistics(tensors[target]))
-            pending_state.append((item, target))
+            if target is not None:   # an effect token belongs to no module
+                pending_state.append((item, target))
         elif n.op == "get_attr":
             item["w"] = 1
             attr = getattr(gm, n.target, None)
@@ -126,7 +127,8 @@ def _op(n: fx.Node, state: dict) -> str:
     if n.op == "placeholder":
         kind = state.get(n.name, (None,))[0]
         return {InputKind.PARAMETER: "parameter", InputKind.BUFFER: "buffer",
-                InputKind.CONSTANT_TENSOR: "constant", None: "input"}.get(kind, "state")
+                InputKind.CONSTANT_TENSOR: "constant", InputKind.CUSTOM_OBJ: "custom object",
+                InputKind.TOKEN: "effect token", None: "input"}.get(kind, "state")
     return n.op
 
 
