@@ -9,11 +9,14 @@ torch's unflatten removes them the same way first.
 from __future__ import annotations
 
 import operator
+from typing import TYPE_CHECKING
 
 import torch.fx as fx
 
-from ..program import ExportedProgram
 from ..signature import ExportGraphSignature, InputKind, OutputKind
+
+if TYPE_CHECKING:   # passes take a program and return ep.replace(...): they sit below program.py
+    from ..program import ExportedProgram
 
 _WITH_EFFECTS = "with_effects"
 
@@ -60,9 +63,5 @@ def without_effect_tokens(ep: ExportedProgram) -> ExportedProgram:
             env[node] = graph.node_copy(node, env.__getitem__)
     signature = ExportGraphSignature([s for s in sig.input_specs if s.kind is not InputKind.TOKEN],
                                      [s for s in sig.output_specs if s.kind is not OutputKind.TOKEN])
-    program = ExportedProgram(
-        fx.GraphModule(ep.graph_module, graph, class_name="GraphModule"), signature, dict(ep.state_dict),
-        dict(ep.range_constraints), list(ep.module_call_graph), ep.example_inputs, dict(ep.constants),
-        list(ep.input_paths), dict(ep.input_aliases), ep.shape_contract, list(ep.shape_report), ep.verifiers)
-    program.validate()
-    return program
+    return ep.replace(graph_module=fx.GraphModule(ep.graph_module, graph, class_name="GraphModule"),
+                      graph_signature=signature)
