@@ -163,3 +163,17 @@ def test_run_decompositions_leaves_the_programs_environment_as_it_was():
             dict(env.proven_min), list(env.unbacked.facts)) == before
     x = torch.randn(2, 3, 6)
     torch.testing.assert_close(lowered.module()(x), Norm()(x))
+
+
+@pytest.mark.parametrize("exporter", ["graphport", "torch"])
+def test_setting_fields_fails_in_torch_exports_words(exporter):
+    """docs/errors.md, "torch.export's words": both exporters refuse with the same phrase."""
+    export = gp.export if exporter == "graphport" else torch.export.export
+    ep = export(torch.nn.Linear(4, 4), (torch.randn(2, 4),))
+    with pytest.raises(RuntimeError, match="Unable to set ExportedProgram's graph_module attribute"):
+        ep.graph_module = torch.fx.GraphModule(torch.nn.Module(), torch.fx.Graph())
+    with pytest.raises(ValueError, match=r"Example inputs should be a tuple containing example arguments \(as a "
+                                         r"tuple\), and example kwargs \(as a dictionary\)"):
+        ep.example_inputs = [torch.randn(2, 4)]
+    ep.example_inputs = ((torch.randn(3, 4),), {})
+    assert ep.example_inputs[0][0].shape == (3, 4)
