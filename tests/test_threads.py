@@ -97,7 +97,8 @@ def _backend_flags() -> dict:
 def _global_state() -> dict:
     """What an export in another thread must leave as it is, seen from this thread (lowering an
     LSTM apart: see the last test)."""
-    return {**_backend_flags(),
+    return {
+        **_backend_flags(),
         "cycle collector enabled": gc.isenabled(),
         "profile function": sys.getprofile(), "trace function": sys.gettrace(),
         "grad mode": torch.is_grad_enabled(), "default dtype": torch.get_default_dtype(),
@@ -116,7 +117,7 @@ def test_threads_export_load_and_lower_as_alone_and_change_no_global_state():
     values = [type(n.meta.get("val")) for n in shared.graph.nodes]
     alone = {name: _work(cases[name], shared) for name in names}
     expected = _global_state()
-    changed: list[str] = []
+    changed: set[str] = set()
     results: list[tuple[str, dict]] = []
     errors: list[BaseException] = []
     done = threading.Event()
@@ -124,10 +125,10 @@ def test_threads_export_load_and_lower_as_alone_and_change_no_global_state():
     def watch():
         while not done.is_set():
             now = _global_state()
-            changed.extend(f"{k}: {expected[k]!r} -> {now[k]!r}" for k in expected
+            changed.update(f"{k}: {expected[k]!r} -> {now[k]!r}" for k in expected
                            if now[k] != expected[k] and k != "decomposition table")
             if now["decomposition table"] != expected["decomposition table"]:
-                changed.append("torch's decomposition table changed")
+                changed.add("torch's decomposition table changed")
 
     def work(offset: int):
         try:
@@ -149,8 +150,9 @@ def test_threads_export_load_and_lower_as_alone_and_change_no_global_state():
     watcher.join()
     assert not errors, errors[0]
     assert len(results) == WORKERS * ROUNDS * len(names)
-    assert not changed, sorted(set(changed))
-    different = sorted({(name, _what_differs(got, alone[name])) for name, got in results if not _same(got, alone[name])})
+    assert not changed, sorted(changed)
+    different = sorted({(name, _what_differs(got, alone[name])) for name, got in results
+                        if not _same(got, alone[name])})
     assert not different, f"done in threads, these differ from the same work done alone: {different}"
     assert [type(n.meta.get("val")) for n in shared.graph.nodes] == values   # printing left its metadata as it was
 
