@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import itertools
+from dataclasses import dataclass
 
 import sympy
 import torch
@@ -19,7 +20,8 @@ from ..shapes.node import SymNode
 from ..shapes.spec import InputShapes
 from .environment import capture_environment
 from .inputs import laid_out
-from .local_proofs import DeferredAssumptions, MetadataCall, TensorLayout, at_pins
+from ..errors import OperatorError
+from .local_proofs import DeferredAssumptions, LocalVerdicts, MetadataCall, TensorLayout, at_pins
 from .mode import CaptureMode
 from .recorder import Recorder
 from .sizes import SizeValues
@@ -49,6 +51,50 @@ def proven_by_metadata(deferred: DeferredAssumptions, shapes: InputShapes) -> bo
     return True
 
 
+def proven_by_size(deferred: DeferredAssumptions, shapes: InputShapes, symbols: set) -> LocalVerdicts:
+    """The small sizes of `symbols` (which no decision outside a metadata computation
+    assumed anything about) settled one by one, from the largest down, as far as the
+    recorded metadata calls settle them: a size where every call gives its recorded metadata
+    (the others symbols' sizes left open) is proven; one where, in the program's order, the
+    calls before give theirs and the next rejects its arguments is one where eager fails at
+    that call too. Then the combinations of proven sizes of several symbols. Whatever is not
+    settled here is left to the re-trace, which decides it as it always did."""
+    env = deferred.env
+    verdicts = LocalVerdicts()
+    calls = list(deferred.calls.values())
+    with PinnedSessions(shapes) as sessions:
+        for sym in sorted(symbols, key=str):
+            least = max(deferred.metadata_min.get(sym, 0), deferred.layout_min.get(sym, 0))
+            for v in range(least - 1, env.symbols[sym].declared.lower - 1, -1):
+                pins = {sym: sympy.Integer(v)}
+                if any(g.rel.xreplace(pins) is sympy.false for g in env.guards):
+                    break   # the program's own guards rule it out: the spec check reports them
+                failed = next((c for c in calls if sym in c.symbols
+                               and not sessions.outcome(c, pins, set(c.symbols) - {sym}).same), None)
+                if failed is None:
+                    verdicts.valid.setdefault(sym, []).append(v)
+                    continue
+                error = sessions.outcome(failed, pins, set(failed.symbols) - {sym}).error
+                if isinstance(error, OperatorError):
+                    verdicts.refused[(sym, v)] = (f"the program fails there: {error.what}", failed.location)
+                break
+        smalls = {s: vs for s, vs in verdicts.valid.items() if vs}
+        combinations = [dict(zip(smalls, values)) for values in itertools.product(*smalls.values())]
+        if len(smalls) < 2 or len(combinations) > _MAX_PIN_SETS_PER_CALL:
+            return verdicts
+        for combination in combinations:
+            if all(_same_at(sessions, c, {s: sympy.Integer(v) for s, v in combination.items() if s in c.symbols})
+                   for c in calls):
+                verdicts.combinations.append(combination)
+    return verdicts
+
+
+def _same_at(sessions: "PinnedSessions", call: MetadataCall, pins: dict) -> bool:
+    """Whether `call` gives its recorded metadata with two or more symbols pinned (fewer:
+    proven with the single sizes)."""
+    return len(pins) < 2 or sessions.outcome(call, pins, set(call.symbols) - pins.keys()).same
+
+
 class PinnedSessions(contextlib.ExitStack):
     def __init__(self, shapes: InputShapes):
         super().__init__()
@@ -64,11 +110,25 @@ class PinnedSessions(contextlib.ExitStack):
         """Whether `call` gives its recorded metadata at `pins`, asking no new question of the
         sizes and assuming nothing about other symbols than `allowed` (each proven at its own
         pins)."""
+        return self.outcome(call, pins, allowed).same
+
+    def outcome(self, call: MetadataCall, pins: dict, allowed: set) -> "Outcome":
         key = frozenset(pins.items())
         session = self.sessions.get(key)
         if session is None:
             session = self.sessions[key] = _Session(self.shapes, pins)
-        return session.same(call, allowed)
+        found = session.outcomes.get((id(call), frozenset(allowed)))
+        if found is None:
+            found = session.outcomes[(id(call), frozenset(allowed))] = session.same(call, allowed)
+        return found
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """One metadata call worked out at pinned sizes: the recorded metadata again, or not;
+    the error where the operator rejected its arguments there."""
+    same: bool
+    error: BaseException | None = None
 
 
 class _Session:
@@ -86,8 +146,9 @@ class _Session:
             inputs[i] = self.rec.placeholder(f"input_{i}", self._value(("S", torch.SymInt, size)))
         self.rec.sizes = SizeValues(self.env, inputs)
         self.mode = CaptureMode(self.rec)
+        self.outcomes: dict = {}
 
-    def same(self, call: MetadataCall, allowed: set) -> bool:
+    def same(self, call: MetadataCall, allowed: set) -> Outcome:
         self.env.assumed_min.clear()
         self.rec.meta_cache.entries.clear()   # every question asked afresh, its assumption seen
         guards = len(self.env.guards)
@@ -98,11 +159,11 @@ class _Session:
                 out = self.mode.kept_composite_meta(func, args, kwargs, grads)
             else:
                 out = self.mode.run_meta(call.func, args, kwargs, cache=call.kind == "meta")
-        except Exception:   # the operator fails there, or cannot be repeated: the re-trace decides
-            return False
-        return (self._same(call.out, out)
-                and all(g.rel in self.original_guards for g in self.env.guards[guards:])
-                and all(sym in allowed for sym in self.env.assumed_min))
+        except Exception as e:   # the operator fails there, or cannot be repeated: the re-trace decides
+            return Outcome(False, e)
+        return Outcome(self._same(call.out, out)
+                       and all(g.rel in self.original_guards for g in self.env.guards[guards:])
+                       and all(sym in allowed for sym in self.env.assumed_min))
 
     # -- arguments --------------------------------------------------------------------------
 
