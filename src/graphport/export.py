@@ -20,7 +20,7 @@ import torch
 from . import progress
 from ._gc import cycle_collection_paused
 from .capture import Captured, argument_names, capture, input_paths, program_module
-from .capture.pinned_metadata import proven_by_metadata, proven_by_size
+from .capture.pinned_metadata import PinnedSessions, proven_by_metadata, proven_by_size
 from .audit import PythonAudit, PythonEffect, PythonEffectWarning
 from .capture.dead_code import eliminate_dead_code
 from .capture.local_proofs import LocalVerdicts
@@ -123,13 +123,7 @@ def _finish(fn, root, args, kwargs, captured: Captured, shapes: InputShapes | No
     """Everything after the capture: the shape contract, the program, its verification."""
     repeated = [f for f in findings if f.refused_by_strict and not f.restored]
     with _stage("shape checks and small-size proofs", 3):
-        if shapes is not None and shapes.env.deferral is not None:
-            deferral = shapes.env.deferral
-            deferral.settle(lambda deferred: proven_by_metadata(deferred, shapes),
-                            lambda deferred, symbols: proven_by_size(deferred, shapes, symbols))
-            verdicts = deferral.verdicts
-        else:
-            verdicts = None
+        verdicts = _settle(shapes) if shapes is not None else None
         contract = None if shapes is None else _shape_contract(shapes, captured, trace, repeated, verdicts)
         contract = with_data_dependent(contract, captured.shape_env)
     for note in [] if shapes is None else shapes.specialized:
@@ -151,6 +145,18 @@ def _finish(fn, root, args, kwargs, captured: Captured, shapes: InputShapes | No
         verify(ep)
         finish_metadata(ep.graph_module)
     return ep
+
+
+def _settle(shapes: InputShapes) -> LocalVerdicts | None:
+    """Prove the assumptions the capture left to the operator-by-operator proof: all of them
+    if it can, else what it settles size by size (capture/local_proofs.py)."""
+    deferral = shapes.env.deferral
+    if deferral is None:
+        return None
+    with PinnedSessions(shapes) as sessions:
+        deferral.settle(lambda deferred: proven_by_metadata(deferred, sessions),
+                        lambda deferred, local: proven_by_size(deferred, sessions, local))
+    return deferral.verdicts
 
 
 @contextlib.contextmanager
@@ -208,8 +214,8 @@ def _shape_contract(shapes: InputShapes, captured: Captured, trace: Callable,
     def retrace(pinned: InputShapes, locations: bool = True):
         with warnings.catch_warnings():   # a size predicate is a Python bool there: torch.cond warns, for nothing
             warnings.filterwarnings("ignore", message="Pred is a Python constant")
-            again = trace(pinned, locations)
-        return again.graph, again.constants
+            again = trace(pinned, locations, prove_locally=True)
+        return again.graph, again.constants, _settle(pinned)
     if effects:
         report = SmallSizeReport()
         unproven = (f"not proven: proving it traces the program again, which would repeat its Python effects "

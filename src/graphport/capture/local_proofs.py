@@ -81,6 +81,9 @@ class DeferredAssumptions:
     calls: dict = field(default_factory=dict)          # key -> MetadataCall to repeat at the small sizes
     unprovable: str | None = None                      # why the operator-by-operator proof cannot hold
     verdicts: LocalVerdicts | None = None              # set by settle where not everything was proven
+    # (symbol, least) -> how many calls were remembered when a decision outside them first
+    # assumed that symbol at least that large: the calls eager makes before that decision
+    ordinary_from: dict = field(default_factory=dict)
     _frames: list = field(default_factory=list)        # assumptions of each metadata computation running
     _choices: list = field(default_factory=list)       # assumptions of each view-or-copy choice running
     _ambiguous: set = field(default_factory=set)       # id() of tensors that may alias at a small size
@@ -100,6 +103,10 @@ class DeferredAssumptions:
         if sym not in self.sites:
             self.sites[sym] = location or innermost_user_location()
         return True
+
+    def ordinary(self, sym: sympy.Symbol, least: int) -> None:
+        """A decision outside a metadata computation assumed `sym >= least` (the env keeps it)."""
+        self.ordinary_from.setdefault((sym, least), len(self.calls))
 
     def replay(self, assumed: dict) -> None:
         """A cached metadata answer brings along the assumptions it was computed under."""
@@ -170,6 +177,7 @@ class DeferredAssumptions:
                 least = min(2, max(info.hint, 1)) if info is not None else 0
                 if info is not None and sym not in env.exact and info.declared.lower < least \
                         and env.assumed_min.get(sym, 0) < least:
+                    self.ordinary(sym, least)
                     env.assumed_min[sym] = least
                     env.assumption_sites[sym] = innermost_user_location()
 
@@ -179,9 +187,9 @@ class DeferredAssumptions:
                by_size: Callable[["DeferredAssumptions", set], LocalVerdicts] | None = None) -> None:
         """Keep the deferred assumptions as proven if `proven(self)` says so; else make them
         the env's own, for the re-trace to prove. Done once, after capture; the proof of them
-        all is not tried when the re-trace is needed anyway. Then `by_size(self, symbols)`
-        settles what it can size by size for the symbols no other decision assumed anything
-        about (`verdicts`), so that the re-trace is made only for the rest."""
+        all is not tried when the re-trace is needed anyway. Then `by_size(self, local)` settles
+        what it can size by size (`verdicts`; `local`: the symbols no other decision assumed
+        anything about), so that the re-trace is made only for the rest."""
         env = self.env
         env.deferral = None
         deferred = {s: max(self.layout_min.get(s, 0), self.metadata_min.get(s, 0))
@@ -191,9 +199,8 @@ class DeferredAssumptions:
         if not self.unprovable and not env.assumed_min and proven(self):
             env.proven_min.update(deferred)
             return
-        local = set(deferred) - set(env.assumed_min)
-        if by_size is not None and local and not self.unprovable:
-            self.verdicts = by_size(self, local)
+        if by_size is not None and not self.unprovable:
+            self.verdicts = by_size(self, set(deferred) - set(env.assumed_min))
         for sym, least in deferred.items():
             if env.assumed_min.get(sym, 0) < least:
                 env.assumed_min[sym] = least

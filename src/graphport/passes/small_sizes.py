@@ -50,6 +50,9 @@ class SmallSizeReport:
     refused: dict[tuple[sympy.Symbol, int], Refusal] = field(default_factory=dict)
     exclusions: list[dict[sympy.Symbol, int]] = field(default_factory=list)   # combinations proven invalid
     traces: int = 0
+    # (symbol, size) traced and valid -> what that trace's own operator-by-operator proof
+    # settled for the other symbols there: combinations with it it proves need no trace
+    within: dict = field(default_factory=dict)
 
 
 def prove_small_sizes(retrace: Callable[..., Any], shapes: InputShapes, graph: fx.Graph,
@@ -57,7 +60,8 @@ def prove_small_sizes(retrace: Callable[..., Any], shapes: InputShapes, graph: f
                       settled: LocalVerdicts | None = None) -> SmallSizeReport:
     """For every symbol the capture assumed >= 1 or >= 2 below its declared minimum, trace
     at the small sizes in range and compare. `retrace(shapes, locations=True)` captures
-    again and returns the captured graph and its constants (with `locations` False, without
+    again and returns the captured graph, its constants and, optionally, what its own
+    operator-by-operator proof settled (LocalVerdicts) (with `locations` False, without
     source locations: the proof does not need them, only a report of where the program
     differs does). `only`: the symbols to prove, if not all. Constants made from sizes
     (`torch.tensor([x.shape[0] - 1])`) are compared by value: the graphs alone do not show them.
@@ -130,11 +134,26 @@ def _combinations(retrace, shapes: InputShapes, graph: fx.Graph, constants: dict
         report.exclusions.extend(combos)
         return
     for pins in combos:
-        if _excluded_by_guards(shapes.env, pins) or pins in proven:
+        if _excluded_by_guards(shapes.env, pins) or pins in proven or _proven_within(pins, report.within):
             continue
         refusal, _ = _try(pins, retrace, shapes, graph, constants, report)
         if refusal is not None:
             report.exclusions.append(pins)
+
+
+def _proven_within(pins: dict, within: dict) -> bool:
+    """Whether a trace with one of `pins` pinned, found valid, proved the others there
+    operator by operator (the program at that size is the one captured, so its proof holds)."""
+    for sym, v in pins.items():
+        verdicts = within.get((sym, v))
+        rest = {s: u for s, u in pins.items() if s != sym}
+        if verdicts is None:
+            continue
+        if len(rest) == 1 and all(u in verdicts.valid.get(s, ()) for s, u in rest.items()):
+            return True
+        if rest in verdicts.combinations:
+            return True
+    return False
 
 
 def _try(pins: dict[sympy.Symbol, int], retrace, shapes: InputShapes, graph: fx.Graph, constants: dict,
@@ -144,7 +163,7 @@ def _try(pins: dict[sympy.Symbol, int], retrace, shapes: InputShapes, graph: fx.
     pinned = shapes.pinned(pins)
     report.traces += 1
     try:
-        pinned_graph, pinned_constants = retrace(pinned, locations=False)
+        pinned_graph, pinned_constants, *settled = retrace(pinned, locations=False)
     except InternalError:
         raise
     except OperatorError as e:   # an operator rejects its arguments there, as it would in eager
@@ -165,6 +184,8 @@ def _try(pins: dict[sympy.Symbol, int], retrace, shapes: InputShapes, graph: fx.
         if guard.rel not in original:
             return Refusal(f"the program asks another question of the sizes there ({guard.rel})", guard.location,
                            False), {}
+    if len(pins) == 1 and settled and settled[0] is not None:
+        report.within[next(iter(pins.items()))] = _trusted(settled[0], pinned_graph, pinned.env)
     return None, dict(pinned.env.assumed_min)
 
 
