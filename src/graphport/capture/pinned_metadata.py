@@ -68,6 +68,8 @@ def proven_by_size(deferred: DeferredAssumptions, sessions: "PinnedSessions", lo
               for s in {*deferred.metadata_min, *deferred.layout_min, *env.assumed_min}}
     for sym in sorted(levels, key=str):
         for v in range(levels[sym] - 1, env.symbols[sym].declared.lower - 1, -1):
+            if sym not in local and v > 0:
+                continue   # only a refusal can be settled there, and programs seldom fail above 0
             pins = {sym: sympy.Integer(v)}
             if any(g.rel.xreplace(pins) is sympy.false for g in env.guards):
                 break   # the program's own guards rule it out: the spec check reports them
