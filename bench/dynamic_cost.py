@@ -17,7 +17,8 @@ Styles (a zoo minimum above 2, such as an image side of 64 the architecture need
 
 Models: the zoo (bench/zoo.py) and, with `real:` prefixed names, real sizes (a 12-layer
 BERT-base, GPT-2 124M; bench/real_sizes.py). Results accumulate in bench/dynamic_cost.json
-by model, so a run can take a subset; the section is rendered from every model measured.
+by model, so a run can take a subset; the section is rendered from every model measured
+(`--models ''` renders it again without measuring).
 
     PYTHONPATH=src python bench/dynamic_cost.py [--models bert,gpt2,real:bert_base] [--styles max,auto]
                                                 [--repeats 3] [--no-write]
@@ -158,6 +159,9 @@ def render(rows: dict[str, dict[str, Any]], styles: list[str], repeats: int) -> 
         worst.append(f"{max(ratios):.2f}x" if ratios else "-")
     lines.append("| **median** | | " + " | ".join(medians) + " |")
     lines.append("| **worst** | | " + " | ".join(worst) + " |")
+    commands = sorted({row.get("command", "") for row in rows.values()} - {""})
+    lines += ["", "Rows measured by (each run kept under 3 minutes; rows kept in bench/dynamic_cost.json):", "",
+              *[f"- `{c}`" for c in commands]]
     return "\n".join(lines)
 
 
@@ -180,6 +184,7 @@ def main() -> None:
         for name in [m for m in opts.models.split(",") if m]:
             start = time.perf_counter()
             row = measure(name, styles, opts.repeats, counter)
+            row["command"] = harness.command_line()
             previous = rows.get(name, {}).get("styles", {})
             row["styles"] = {**previous, **row["styles"]}
             rows[name] = row
