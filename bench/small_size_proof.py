@@ -29,11 +29,11 @@ def _instrumented() -> dict:
     seen: dict = {}
     settle, retrace = local_proofs.DeferredAssumptions.settle, pipeline.prove_small_sizes
 
-    def timed_settle(self, proven):
+    def timed_settle(self, proven, by_size=None):
         names = {s: info.dim_name for s, info in self.env.symbols.items()}
         seen.update(calls=len(self.calls))
         start = time.perf_counter()
-        settle(self, proven)
+        settle(self, proven, by_size)
         seen.update(proof_ms=(time.perf_counter() - start) * 1e3, proven=sorted(names[s] for s in self.env.proven_min))
 
     def timed_retrace(*args, **kwargs):

@@ -19,9 +19,10 @@ import torch
 
 from . import progress
 from .capture import Captured, argument_names, capture, input_paths, program_module
-from .capture.pinned_metadata import proven_by_metadata
+from .capture.pinned_metadata import PinnedSessions, proven_by_metadata, proven_by_size
 from .audit import PythonAudit, PythonEffect, PythonEffectWarning
 from .capture.dead_code import eliminate_dead_code
+from .capture.local_proofs import LocalVerdicts
 from .errors import (ConstraintViolationError, GraphportError, InputMismatchError, UnsupportedFeatureError,
                      UnsupportedInputError)
 from .passes.small_sizes import SmallSizeReport, prove_small_sizes
@@ -133,9 +134,8 @@ def _finish(fn, root, args, kwargs, captured: Captured, shapes: InputShapes | No
     """Everything after the capture: the shape contract, the program, its verification."""
     repeated = [f for f in findings if f.refused_by_strict and not f.restored]
     with _stage("shape checks and small-size proofs", 3):
-        if shapes is not None and shapes.env.deferral is not None:
-            shapes.env.deferral.settle(lambda deferred: proven_by_metadata(deferred, shapes))
-        contract = None if shapes is None else _shape_contract(shapes, captured, trace, repeated)
+        verdicts = _settle(shapes) if shapes is not None else None
+        contract = None if shapes is None else _shape_contract(shapes, captured, trace, repeated, verdicts)
         contract = with_data_dependent(contract, captured.shape_env)
     for note in [] if shapes is None else shapes.specialized:
         shapes_log.info("specialized: %s", note)
@@ -153,6 +153,18 @@ def _finish(fn, root, args, kwargs, captured: Captured, shapes: InputShapes | No
             input_paths=captured.input_paths, input_aliases=captured.input_aliases, shape_contract=contract,
             shape_env=captured.shape_env, shape_report=list(shapes.specialized) if shapes is not None else [],
             python_effects=findings)
+
+
+def _settle(shapes: InputShapes) -> LocalVerdicts | None:
+    """Prove the assumptions the capture left to the operator-by-operator proof: all of them
+    if it can, else what it settles size by size (capture/local_proofs.py)."""
+    deferral = shapes.env.deferral
+    if deferral is None:
+        return None
+    with PinnedSessions(shapes) as sessions:
+        deferral.settle(lambda deferred: proven_by_metadata(deferred, sessions),
+                        lambda deferred, local: proven_by_size(deferred, sessions, local))
+    return deferral.verdicts
 
 
 @contextlib.contextmanager
@@ -201,7 +213,7 @@ def check_additional_inputs(ep: ExportedProgram, additional: AdditionalInputs) -
 
 
 def _shape_contract(shapes: InputShapes, captured: Captured, trace: Callable,
-                    effects: list[PythonEffect]) -> ShapeContract:
+                    effects: list[PythonEffect], verdicts: LocalVerdicts | None = None) -> ShapeContract:
     """Check the guards against the spec, prove the small sizes, and write the contract.
 
     Proving a small size traces the program again; a program whose Python has effects would
@@ -210,14 +222,14 @@ def _shape_contract(shapes: InputShapes, captured: Captured, trace: Callable,
     def retrace(pinned: InputShapes, locations: bool = True):
         with warnings.catch_warnings():   # a size predicate is a Python bool there: torch.cond warns, for nothing
             warnings.filterwarnings("ignore", message="Pred is a Python constant")
-            again = trace(pinned, locations)
-        return again.graph, again.constants
+            again = trace(pinned, locations, prove_locally=True)
+        return again.graph, again.constants, _settle(pinned)
     if effects:
         report = SmallSizeReport()
         unproven = (f"not proven: proving it traces the program again, which would repeat its Python effects "
                     f"({effects[0].kind} at {effects[0].location}; see ep.python_effects)")
     else:
-        report = prove_small_sizes(retrace, shapes, captured.graph, captured.constants)
+        report = prove_small_sizes(retrace, shapes, captured.graph, captured.constants, settled=verdicts)
         unproven = "the capture's decisions assumed larger sizes"
     if shapes_log.isEnabledFor(logging.INFO):
         _log_small_sizes(shapes, report)
@@ -259,7 +271,8 @@ def _log_small_sizes(shapes: InputShapes, report) -> None:
         shapes_log.info("small size %s = %d %s: %s%s", name(sym), size, outcome, refusal.reason, where)
     for pins in report.exclusions:
         shapes_log.info("combination %s refused at call time", {name(s): v for s, v in pins.items()})
-    shapes_log.debug("small-size proofs traced %d times", report.traces)
+    shapes_log.debug("traced the program %d times: the capture and %d small-size proofs", 1 + report.traces,
+                     report.traces)
 
 
 def _keywords_by_name(fn: Callable, kwargs: dict) -> bool:

@@ -104,7 +104,15 @@ def laid_out(sizes: list, like_strides: list[int], dtype: torch.dtype, env) -> t
     for d in sorted(range(len(sizes)), key=lambda d: (like_strides[d], -d)):
         strides[d] = step
         step = step * (max(sym_sizes[d], 1) if type(sym_sizes[d]) is int else sym_sizes[d])
-    return torch.empty_strided(sym_sizes, strides, dtype=dtype, device="meta")
+    deferral = getattr(env, "deferral", None)
+    if deferral is None:
+        return torch.empty_strided(sym_sizes, strides, dtype=dtype, device="meta")
+    # Making the tensor asks whether a size is 0 (its storage size); the answer assumed there
+    # is the input's own metadata, proven at the small sizes like any operator's.
+    func, kwargs = torch.ops.aten.empty_strided.default, {"dtype": dtype, "device": torch.device("meta")}
+    with deferral.metadata_of("meta", func, (sym_sizes, strides), kwargs) as result:
+        result.append(func(sym_sizes, strides, **kwargs))
+    return result[0]
 
 
 def argument_names(fn: Callable, args: tuple, kwargs: dict) -> list[str]:

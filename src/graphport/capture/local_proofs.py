@@ -55,6 +55,19 @@ class MetadataCall:
     kwargs: Any
     out: Any
     symbols: frozenset  # every symbol its arguments' sizes use
+    location: SourceLocation | None = None   # the user's line that first made it
+
+
+@dataclass
+class LocalVerdicts:
+    """What the operator-by-operator proof settled, size by size, for the symbols whose
+    sizes no decision outside a metadata computation assumed anything about, when it could
+    not prove them all: the small sizes it proved, the ones where an operator the program
+    reaches there rejects its arguments (eager fails there too), and the combinations of
+    proven sizes it proved. The rest is left to the re-trace (passes/small_sizes.py)."""
+    valid: dict = field(default_factory=dict)      # symbol -> small sizes proven, largest first
+    refused: dict = field(default_factory=dict)    # (symbol, size) -> (reason, user's line)
+    combinations: list = field(default_factory=list)   # {symbol: size} proven together
 
 
 @dataclass
@@ -67,6 +80,10 @@ class DeferredAssumptions:
     sites: dict = field(default_factory=dict)          # symbol -> the user's line that first needed it
     calls: dict = field(default_factory=dict)          # key -> MetadataCall to repeat at the small sizes
     unprovable: str | None = None                      # why the operator-by-operator proof cannot hold
+    verdicts: LocalVerdicts | None = None              # set by settle where not everything was proven
+    # (symbol, least) -> how many calls were remembered when a decision outside them first
+    # assumed that symbol at least that large: the calls eager makes before that decision
+    ordinary_from: dict = field(default_factory=dict)
     _frames: list = field(default_factory=list)        # assumptions of each metadata computation running
     _choices: list = field(default_factory=list)       # assumptions of each view-or-copy choice running
     _ambiguous: set = field(default_factory=set)       # id() of tensors that may alias at a small size
@@ -86,6 +103,10 @@ class DeferredAssumptions:
         if sym not in self.sites:
             self.sites[sym] = location or innermost_user_location()
         return True
+
+    def ordinary(self, sym: sympy.Symbol, least: int) -> None:
+        """A decision outside a metadata computation assumed `sym >= least` (the env keeps it)."""
+        self.ordinary_from.setdefault((sym, least), len(self.calls))
 
     def replay(self, assumed: dict) -> None:
         """A cached metadata answer brings along the assumptions it was computed under."""
@@ -115,7 +136,7 @@ class DeferredAssumptions:
             key = (kind, func, _hashable(described))
             if key not in self.calls:
                 self.calls[key] = MetadataCall(kind, func, described[0], described[1], _describe(out, self.env),
-                                               frozenset(symbols_of(described)))
+                                               frozenset(symbols_of(described)), innermost_user_location())
         except _NotRepeatable as e:
             self.unprovable = f"the metadata of {func} cannot be worked out again in isolation ({e})"
 
@@ -156,15 +177,19 @@ class DeferredAssumptions:
                 least = min(2, max(info.hint, 1)) if info is not None else 0
                 if info is not None and sym not in env.exact and info.declared.lower < least \
                         and env.assumed_min.get(sym, 0) < least:
+                    self.ordinary(sym, least)
                     env.assumed_min[sym] = least
                     env.assumption_sites[sym] = innermost_user_location()
 
     # -- settling ----------------------------------------------------------------------------
 
-    def settle(self, proven: Callable[["DeferredAssumptions"], bool]) -> None:
+    def settle(self, proven: Callable[["DeferredAssumptions"], bool],
+               by_size: Callable[["DeferredAssumptions", set], LocalVerdicts] | None = None) -> None:
         """Keep the deferred assumptions as proven if `proven(self)` says so; else make them
-        the env's own, for the re-trace to prove. Done once, after capture; the proof is not
-        tried when the re-trace is needed anyway (it proves them all)."""
+        the env's own, for the re-trace to prove. Done once, after capture; the proof of them
+        all is not tried when the re-trace is needed anyway. Then `by_size(self, local)` settles
+        what it can size by size (`verdicts`; `local`: the symbols no other decision assumed
+        anything about), so that the re-trace is made only for the rest."""
         env = self.env
         env.deferral = None
         deferred = {s: max(self.layout_min.get(s, 0), self.metadata_min.get(s, 0))
@@ -174,6 +199,8 @@ class DeferredAssumptions:
         if not self.unprovable and not env.assumed_min and proven(self):
             env.proven_min.update(deferred)
             return
+        if by_size is not None and not self.unprovable:
+            self.verdicts = by_size(self, set(deferred) - set(env.assumed_min))
         for sym, least in deferred.items():
             if env.assumed_min.get(sym, 0) < least:
                 env.assumed_min[sym] = least

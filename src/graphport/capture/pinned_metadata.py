@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import itertools
+from dataclasses import dataclass, field
 
 import sympy
 import torch
@@ -19,7 +20,8 @@ from ..shapes.node import SymNode
 from ..shapes.spec import InputShapes
 from .environment import capture_environment
 from .inputs import laid_out
-from .local_proofs import DeferredAssumptions, MetadataCall, TensorLayout, at_pins
+from ..errors import OperatorError
+from .local_proofs import DeferredAssumptions, LocalVerdicts, MetadataCall, TensorLayout, at_pins
 from .mode import CaptureMode
 from .recorder import Recorder
 from .sizes import SizeValues
@@ -28,47 +30,124 @@ from .tracer import TracerTensor
 _MAX_PIN_SETS_PER_CALL = 16
 
 
-def proven_by_metadata(deferred: DeferredAssumptions, shapes: InputShapes) -> bool:
+def proven_by_metadata(deferred: DeferredAssumptions, sessions: "PinnedSessions") -> bool:
     """Whether every recorded metadata call gives, at every combination of the small sizes
     of the deferred symbols its arguments use, the metadata capture recorded there."""
     env = deferred.env
     smalls = {s: list(range(least - 1, env.symbols[s].declared.lower - 1, -1))
               for s, least in deferred.metadata_min.items()}
-    with PinnedSessions(shapes) as sessions:
-        for call in deferred.calls.values():
-            involved = sorted((s for s in call.symbols if smalls.get(s)), key=str)
-            pin_sets = [{s: v for s, v in zip(involved, values) if v is not None}
-                        for values in itertools.product(*([None, *smalls[s]] for s in involved))]
-            pin_sets = [p for p in pin_sets if p]
-            if len(pin_sets) > _MAX_PIN_SETS_PER_CALL:
+    for call in deferred.calls.values():
+        involved = sorted((s for s in call.symbols if smalls.get(s)), key=str)
+        pin_sets = [{s: v for s, v in zip(involved, values) if v is not None}
+                    for values in itertools.product(*([None, *smalls[s]] for s in involved))]
+        pin_sets = [p for p in pin_sets if p]
+        if len(pin_sets) > _MAX_PIN_SETS_PER_CALL:
+            return False
+        for pins in pin_sets:
+            allowed = set(involved) - pins.keys()
+            if not sessions.same_metadata(call, {s: sympy.Integer(v) for s, v in pins.items()}, allowed):
                 return False
-            for pins in pin_sets:
-                allowed = set(involved) - pins.keys()
-                if not sessions.same_metadata(call, {s: sympy.Integer(v) for s, v in pins.items()}, allowed):
-                    return False
     return True
 
 
+def proven_by_size(deferred: DeferredAssumptions, sessions: "PinnedSessions", local: set) -> LocalVerdicts:
+    """The small sizes below the capture's assumptions settled one by one, as far as the
+    recorded metadata calls settle them, the other symbols' sizes left open.
+
+    A size of a symbol in `local` (no decision outside a metadata computation assumed anything
+    about it) where every call gives its recorded metadata is proven. A size where, in the
+    program's order, the calls before give theirs and the next one rejects its arguments is
+    one where eager fails at that call too, provided the program made no decision before it
+    that holds above that size only (for a symbol not in `local`, the calls made before its
+    first such decision). Then the combinations of proven sizes of several symbols. Whatever
+    is not settled here is left to the re-trace, which decides it as it always did."""
+    env = deferred.env
+    verdicts = LocalVerdicts()
+    calls = list(deferred.calls.values())
+    levels = {s: max(deferred.metadata_min.get(s, 0), deferred.layout_min.get(s, 0), env.assumed_min.get(s, 0))
+              for s in {*deferred.metadata_min, *deferred.layout_min, *env.assumed_min}}
+    for sym in sorted(levels, key=str):
+        for v in range(levels[sym] - 1, env.symbols[sym].declared.lower - 1, -1):
+            if sym not in local and v > 0:
+                continue   # only a refusal can be settled there, and programs seldom fail above 0
+            pins = {sym: sympy.Integer(v)}
+            if any(g.rel.xreplace(pins) is sympy.false for g in env.guards):
+                break   # the program's own guards rule it out: the spec check reports them
+            before = min((i for (s, least), i in deferred.ordinary_from.items() if s == sym and least > v),
+                         default=len(calls))
+            failed = next((c for c in calls[:before] if sym in c.symbols
+                           and not _same_within(sessions.outcome(c, pins, _open(c, levels, pins)), levels)), None)
+            if failed is None and sym in local:
+                verdicts.valid.setdefault(sym, []).append(v)
+            elif failed is not None:
+                error = sessions.outcome(failed, pins, _open(failed, levels, pins)).error
+                if isinstance(error, OperatorError):
+                    verdicts.refused[(sym, v)] = (f"the program fails there: {error.what}", failed.location)
+    smalls = {s: vs for s, vs in verdicts.valid.items() if vs}
+    combinations = [dict(zip(smalls, values)) for values in itertools.product(*smalls.values())]
+    if len(smalls) < 2 or len(combinations) > _MAX_PIN_SETS_PER_CALL:
+        return verdicts
+    for combination in combinations:
+        if all(_same_at(sessions, c, {s: sympy.Integer(v) for s, v in combination.items() if s in c.symbols}, levels)
+               for c in calls):
+            verdicts.combinations.append(combination)
+    return verdicts
+
+
+def _open(call: MetadataCall, levels: dict, pins: dict) -> set:
+    """The symbols a call's metadata may assume things about at `pins`: the others whose
+    small sizes are proven on their own (by this proof or the re-trace)."""
+    return (set(call.symbols) & levels.keys()) - pins.keys()
+
+
+def _same_within(outcome: "Outcome", levels: dict) -> bool:
+    """The recorded metadata again, assuming no more of the other symbols than the capture
+    did (their smaller sizes are proven with these pins, or refused)."""
+    return outcome.same and all(least <= levels[s] for s, least in outcome.assumed.items())
+
+
+def _same_at(sessions: "PinnedSessions", call: MetadataCall, pins: dict, levels: dict) -> bool:
+    """Whether `call` gives its recorded metadata with two or more symbols pinned (fewer:
+    proven with the single sizes)."""
+    return len(pins) < 2 or _same_within(sessions.outcome(call, pins, _open(call, levels, pins)), levels)
+
+
 class PinnedSessions(contextlib.ExitStack):
+    """The sessions of one program's proofs, by pins, with the outcomes they worked out (the
+    proof of all sizes and the size-by-size one share them). The capture environment is
+    entered when the first session is made."""
+
     def __init__(self, shapes: InputShapes):
         super().__init__()
         self.shapes = shapes
         self.sessions: dict = {}
 
-    def __enter__(self) -> "PinnedSessions":
-        super().__enter__()
-        self.enter_context(capture_environment(None, symbolic=True))
-        return self
-
     def same_metadata(self, call: MetadataCall, pins: dict, allowed: set) -> bool:
         """Whether `call` gives its recorded metadata at `pins`, asking no new question of the
         sizes and assuming nothing about other symbols than `allowed` (each proven at its own
         pins)."""
+        return self.outcome(call, pins, allowed).same
+
+    def outcome(self, call: MetadataCall, pins: dict, allowed: set) -> "Outcome":
         key = frozenset(pins.items())
         session = self.sessions.get(key)
         if session is None:
+            if not self.sessions:
+                self.enter_context(capture_environment(None, symbolic=True))
             session = self.sessions[key] = _Session(self.shapes, pins)
-        return session.same(call, allowed)
+        found = session.outcomes.get((id(call), frozenset(allowed)))
+        if found is None:
+            found = session.outcomes[(id(call), frozenset(allowed))] = session.same(call, allowed)
+        return found
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """One metadata call worked out at pinned sizes: the recorded metadata again, or not;
+    the error where the operator rejected its arguments there."""
+    same: bool
+    error: BaseException | None = None
+    assumed: dict = field(default_factory=dict)   # what it assumed of the symbols left open
 
 
 class _Session:
@@ -86,8 +165,9 @@ class _Session:
             inputs[i] = self.rec.placeholder(f"input_{i}", self._value(("S", torch.SymInt, size)))
         self.rec.sizes = SizeValues(self.env, inputs)
         self.mode = CaptureMode(self.rec)
+        self.outcomes: dict = {}
 
-    def same(self, call: MetadataCall, allowed: set) -> bool:
+    def same(self, call: MetadataCall, allowed: set) -> Outcome:
         self.env.assumed_min.clear()
         self.rec.meta_cache.entries.clear()   # every question asked afresh, its assumption seen
         guards = len(self.env.guards)
@@ -98,11 +178,11 @@ class _Session:
                 out = self.mode.kept_composite_meta(func, args, kwargs, grads)
             else:
                 out = self.mode.run_meta(call.func, args, kwargs, cache=call.kind == "meta")
-        except Exception:   # the operator fails there, or cannot be repeated: the re-trace decides
-            return False
-        return (self._same(call.out, out)
-                and all(g.rel in self.original_guards for g in self.env.guards[guards:])
-                and all(sym in allowed for sym in self.env.assumed_min))
+        except Exception as e:   # the operator fails there, or cannot be repeated: the re-trace decides
+            return Outcome(False, e)
+        return Outcome(self._same(call.out, out)
+                       and all(g.rel in self.original_guards for g in self.env.guards[guards:])
+                       and all(sym in allowed for sym in self.env.assumed_min), None, dict(self.env.assumed_min))
 
     # -- arguments --------------------------------------------------------------------------
 

@@ -26,6 +26,7 @@ import torch.fx as fx
 from .. import _torch
 from ..errors import GraphportError, InternalError, OperatorError
 from ..ops.kinds import Kind, op_info
+from ..capture.local_proofs import LocalVerdicts
 from .decided_conds import inline_decided_conds
 from ..shapes.env import ShapeEnv
 from ..shapes.node import SymNode, value_at
@@ -49,18 +50,26 @@ class SmallSizeReport:
     refused: dict[tuple[sympy.Symbol, int], Refusal] = field(default_factory=dict)
     exclusions: list[dict[sympy.Symbol, int]] = field(default_factory=list)   # combinations proven invalid
     traces: int = 0
+    # (symbol, size) traced and valid -> what that trace's own operator-by-operator proof
+    # settled for the other symbols there: combinations with it it proves need no trace
+    within: dict = field(default_factory=dict)
 
 
 def prove_small_sizes(retrace: Callable[..., Any], shapes: InputShapes, graph: fx.Graph,
-                      constants: dict[str, torch.Tensor], only: set | None = None) -> SmallSizeReport:
+                      constants: dict[str, torch.Tensor], only: set | None = None,
+                      settled: LocalVerdicts | None = None) -> SmallSizeReport:
     """For every symbol the capture assumed >= 1 or >= 2 below its declared minimum, trace
     at the small sizes in range and compare. `retrace(shapes, locations=True)` captures
-    again and returns the captured graph and its constants (with `locations` False, without
+    again and returns the captured graph, its constants and, optionally, what its own
+    operator-by-operator proof settled (LocalVerdicts) (with `locations` False, without
     source locations: the proof does not need them, only a report of where the program
     differs does). `only`: the symbols to prove, if not all. Constants made from sizes
-    (`torch.tensor([x.shape[0] - 1])`) are compared by value: the graphs alone do not show them."""
+    (`torch.tensor([x.shape[0] - 1])`) are compared by value: the graphs alone do not show them.
+    `settled`: what the operator-by-operator proof settled already (capture/local_proofs.py);
+    those sizes and combinations are not traced."""
     env = shapes.env
     report = SmallSizeReport()
+    settled = _trusted(settled, graph, env)
     candidates = {sym: list(range(least - 1, env.symbols[sym].declared.lower - 1, -1))
                   for sym, least in env.assumed_min.items() if only is None or sym in only}
     for sym, sizes in candidates.items():
@@ -69,6 +78,12 @@ def prove_small_sizes(retrace: Callable[..., Any], shapes: InputShapes, graph: f
                 break
             if _excluded_by_guards(shapes.env, {sym: v}):
                 break   # the program's own guards rule it out: the spec check reports them
+            if v in settled.valid.get(sym, ()):
+                report.valid.setdefault(sym, []).append(v)
+                continue
+            if (sym, v) in settled.refused:
+                report.refused[(sym, v)] = Refusal(*settled.refused[(sym, v)], True)
+                continue
             refusal, assumed = _try({sym: v}, retrace, shapes, graph, constants, report)
             if refusal is None and any(assumed.get(t, 0) > env.assumed_min.get(t, 0) for t in assumed):
                 refusal = Refusal("it needs stronger assumptions about the other dimensions", None, False)
@@ -76,8 +91,21 @@ def prove_small_sizes(retrace: Callable[..., Any], shapes: InputShapes, graph: f
                 report.valid.setdefault(sym, []).append(v)
             else:
                 report.refused[(sym, v)] = refusal
-    _combinations(retrace, shapes, graph, constants, report)
+    _combinations(retrace, shapes, graph, constants, report, settled.combinations)
     return report
+
+
+def _trusted(settled: LocalVerdicts | None, graph: fx.Graph, env: ShapeEnv) -> LocalVerdicts:
+    """The verdicts of the operator-by-operator proof this proof may take over. A size where
+    an operator fails is one where eager fails only if eager reaches that operator there: not
+    where it may sit in a branch of a cond eager does not take, or follow a decision on data."""
+    if settled is None:
+        return LocalVerdicts()
+    branches = any(n.op == "get_attr" and isinstance(getattr(graph.owning_module, n.target, None), fx.GraphModule)
+                   for n in graph.nodes)
+    if branches or env.unbacked.infos:
+        return LocalVerdicts(settled.valid, {}, settled.combinations)
+    return settled
 
 
 def _excluded_by_guards(env: ShapeEnv, pins: dict) -> bool:
@@ -94,8 +122,10 @@ def _at(expr: sympy.Basic, values: dict) -> sympy.Basic:
         return sympy.false
 
 
-def _combinations(retrace, shapes: InputShapes, graph: fx.Graph, constants: dict, report: SmallSizeReport) -> None:
-    """Several symbols small at once: each combination is traced, or excluded."""
+def _combinations(retrace, shapes: InputShapes, graph: fx.Graph, constants: dict, report: SmallSizeReport,
+                  proven: list) -> None:
+    """Several symbols small at once: each combination is traced, or excluded, unless the
+    operator-by-operator proof proved it (`proven`)."""
     smalls = {s: vs for s, vs in report.valid.items() if vs}
     if len(smalls) < 2:
         return
@@ -104,11 +134,26 @@ def _combinations(retrace, shapes: InputShapes, graph: fx.Graph, constants: dict
         report.exclusions.extend(combos)
         return
     for pins in combos:
-        if _excluded_by_guards(shapes.env, pins):
+        if _excluded_by_guards(shapes.env, pins) or pins in proven or _proven_within(pins, report.within):
             continue
         refusal, _ = _try(pins, retrace, shapes, graph, constants, report)
         if refusal is not None:
             report.exclusions.append(pins)
+
+
+def _proven_within(pins: dict, within: dict) -> bool:
+    """Whether a trace with one of `pins` pinned, found valid, proved the others there
+    operator by operator (the program at that size is the one captured, so its proof holds)."""
+    for sym, v in pins.items():
+        verdicts = within.get((sym, v))
+        rest = {s: u for s, u in pins.items() if s != sym}
+        if verdicts is None:
+            continue
+        if len(rest) == 1 and all(u in verdicts.valid.get(s, ()) for s, u in rest.items()):
+            return True
+        if rest in verdicts.combinations:
+            return True
+    return False
 
 
 def _try(pins: dict[sympy.Symbol, int], retrace, shapes: InputShapes, graph: fx.Graph, constants: dict,
@@ -118,7 +163,7 @@ def _try(pins: dict[sympy.Symbol, int], retrace, shapes: InputShapes, graph: fx.
     pinned = shapes.pinned(pins)
     report.traces += 1
     try:
-        pinned_graph, pinned_constants = retrace(pinned, locations=False)
+        pinned_graph, pinned_constants, *settled = retrace(pinned, locations=False)
     except InternalError:
         raise
     except OperatorError as e:   # an operator rejects its arguments there, as it would in eager
@@ -139,6 +184,8 @@ def _try(pins: dict[sympy.Symbol, int], retrace, shapes: InputShapes, graph: fx.
         if guard.rel not in original:
             return Refusal(f"the program asks another question of the sizes there ({guard.rel})", guard.location,
                            False), {}
+    if len(pins) == 1 and settled and settled[0] is not None:
+        report.within[next(iter(pins.items()))] = _trusted(settled[0], pinned_graph, pinned.env)
     return None, dict(pinned.env.assumed_min)
 
 

@@ -202,6 +202,8 @@ class ShapeEnv:
                                 self.deferral is not None and self.deferral.take(sym, least, location)):
                             continue
                         if self.assumed_min.get(sym, 0) < least:
+                            if self.deferral is not None:
+                                self.deferral.ordinary(sym, least)
                             self.assumed_min[sym] = least
                             self.assumption_sites[sym] = location or innermost_user_location()
                 return found
