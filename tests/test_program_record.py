@@ -3,6 +3,7 @@ afterwards, owning its shape environment, and every field of it is either in the
 declared transient (so adding a field means the record, the codec and the schema)."""
 from __future__ import annotations
 
+import copy
 import dataclasses
 import io
 import json
@@ -177,3 +178,26 @@ def test_setting_fields_fails_in_torch_exports_words(exporter):
         ep.example_inputs = [torch.randn(2, 4)]
     ep.example_inputs = ((torch.randn(3, 4),), {})
     assert ep.example_inputs[0][0].shape == (3, 4)
+
+
+class InputNamedInput(torch.nn.Module):
+    """Its placeholder is called like a builtin, which fx's copy of a graph renames."""
+
+    def __init__(self):
+        super().__init__()
+        self.proj = torch.nn.Linear(4, 4)
+
+    def forward(self, input):
+        return self.proj(input).relu()
+
+
+def test_deepcopy_and_device_move_keep_placeholder_names():
+    from graphport.passes import move_to_device_pass
+
+    ep = gp.export(InputNamedInput(), (torch.randn(3, 4),), dynamic_shapes=({0: gp.Dim("b", max=8)},))
+    for copied in (copy.deepcopy(ep), move_to_device_pass(ep, "cpu")):
+        assert [n.name for n in copied.graph.nodes] == [n.name for n in ep.graph.nodes]
+        assert copied.graph_module is not ep.graph_module
+        for size in (0, 1, 5):
+            x = torch.randn(size, 4)
+            assert torch.equal(copied.module()(x), ep.module()(x))

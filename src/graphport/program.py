@@ -9,6 +9,7 @@ that: a transformation returns a new record (`ep.replace(...)`, `run_decompositi
 """
 from __future__ import annotations
 
+import copy
 import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, Iterator
@@ -19,7 +20,7 @@ import torch.fx as fx
 
 from . import _torch
 from .errors import UnsupportedFeatureError, UnsupportedInputError
-from .values import finish_metadata, plain_copy
+from .values import finish_metadata, module_copy, plain_copy
 from .passes.verifier import TrainingIRVerifier, Verifier
 from .shapes.contract import ShapeContract
 from .shapes.env import ShapeEnv
@@ -104,6 +105,13 @@ class ExportedProgram:
     def __delattr__(self, name: str) -> None:
         raise UnsupportedFeatureError(f"an ExportedProgram is not changed after it is built, so its {name} "
                                       "cannot be deleted", fix=f"make a new program: ep = ep.replace({name}=...)")
+
+    def __deepcopy__(self, memo: dict) -> "ExportedProgram":
+        """An independent program built from deep copies of the fields, its nodes keeping their
+        names (the signature names the placeholders)."""
+        fields = {f.name: module_copy(self.graph_module, memo) if f.name == "graph_module"
+                  else copy.deepcopy(getattr(self, f.name), memo) for f in dataclasses.fields(self)}
+        return type(self)(**fields)
 
     def replace(self, **changes: Any) -> "ExportedProgram":
         """A new program with `changes` to these fields, built (and so verified) as any other."""

@@ -124,6 +124,19 @@ def graph_copy(graph: fx.Graph) -> fx.Graph:
     return copied
 
 
+def module_copy(gm: fx.GraphModule, memo: dict | None = None) -> fx.GraphModule:
+    """`copy.deepcopy(gm)` whose nodes keep their names, its subgraphs' too: fx's copy renames
+    a node called like a builtin (`input` -> `input_1`), and a program's signature names its
+    placeholders."""
+    copied = copy.deepcopy(gm, memo)
+    for source, twin in zip(gm.modules(), copied.modules()):
+        if isinstance(source, fx.GraphModule):
+            for node, copy_of_node in zip(source.graph.nodes, twin.graph.nodes):
+                copy_of_node.name = node.name
+            twin.recompile()
+    return copied
+
+
 def plain_copy(gm: fx.GraphModule) -> fx.GraphModule:
     """A copy of `gm` to print, its subgraphs' too: fx prints annotations plainly (`f32[2, 3]`)
     only for plain and fake tensors, so each value of the copy is its meta twin (same sizes

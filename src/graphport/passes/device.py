@@ -19,7 +19,7 @@ import torch.fx as fx
 
 from .. import _torch
 from ..op_args import map_args
-from ..values import RuntimeValue
+from ..values import RuntimeValue, graph_copy
 
 if TYPE_CHECKING:   # passes take a program and return ep.replace(...): they sit below program.py
     from ..program import ExportedProgram
@@ -71,7 +71,7 @@ def _moved_graph_module(gm: fx.GraphModule, move_device: Callable[[torch.device]
     for name, child in gm.named_children():
         root.add_module(name, _moved_graph_module(child, move_device) if isinstance(child, fx.GraphModule)
                         else child)
-    graph = copy.deepcopy(gm.graph)    # new nodes of the same names; each node's meta dict copied, not its values
+    graph = graph_copy(gm.graph)    # new nodes of the same names; each node's meta dict copied, not its values
     for node in graph.nodes:
         node.args = map_args(lambda a: _moved_argument(a, move_device), node.args)
         node.kwargs = map_args(lambda a: _moved_argument(a, move_device), node.kwargs)

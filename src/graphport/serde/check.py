@@ -12,7 +12,8 @@ use of those values downstream is checked as any other.
 """
 from __future__ import annotations
 
-from typing import Any
+import contextlib
+from typing import Any, Iterator
 
 import sympy
 import torch
@@ -32,12 +33,19 @@ def check_graph(gm: fx.GraphModule, env: ShapeEnv | None) -> None:
     """`env`: the program's shape environment, if it has symbols (torch's Python meta
     kernels handle them)."""
     data_dependent = set(env.unbacked.infos) if env is not None else set()
-    # torch's meta kernels may reason as if sizes were >= 2 where capture did not need to:
-    # that is a check of consistency, not the program's assumptions, which the archive records
+    with assumptions_kept(env), capture_environment(None, symbolic=env is not None):
+        _check(gm, MetaCache(), _Introduced(data_dependent))
+
+
+@contextlib.contextmanager
+def assumptions_kept(env: ShapeEnv | None) -> Iterator[None]:
+    """Checking a loaded program asks questions about its sizes, which torch's meta kernels
+    and the verifier may answer as if sizes were >= 2 where capture did not need to: that is
+    a check of consistency, not the program's assumptions, which the archive records. `env`
+    leaves with the assumptions it came with."""
     assumed = (dict(env.assumed_min), dict(env.assumption_sites)) if env is not None else None
     try:
-        with capture_environment(None, symbolic=env is not None):
-            _check(gm, MetaCache(), _Introduced(data_dependent))
+        yield
     finally:
         if env is not None:
             env.assumed_min.clear()

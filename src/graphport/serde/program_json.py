@@ -23,7 +23,7 @@ from ..shapes.env import ShapeEnv
 from ..signature import (ConstantArgument, ExportGraphSignature, InputKind, InputSpec, OutputKind, OutputSpec,
                          SymBoolArgument, SymFloatArgument, SymIntArgument, TensorArgument, TokenArgument)
 from ..passes.verifier import CoreATenVerifier, TrainingIRVerifier, Verifier
-from .check import check_graph
+from .check import assumptions_kept, check_graph
 from .coherence import check_coherence
 from .graph_json import graph_from_json, graph_to_json
 from .state import TensorBinder, TensorTable
@@ -147,6 +147,14 @@ def program_from_json(doc: dict, binder: TensorBinder, weights: dict[str, torch.
             _fail("custom_ops")
         lookup_operator(name, f"(custom op list) {name}")
     env = env_from_json(doc["shape_env"]) if doc.get("shape_env") is not None else None
+    # decoding values and checking the program ask questions about sizes, answered as if they
+    # were >= 2 where no one needed it: the assumptions are the ones the archive records
+    with assumptions_kept(env):
+        return _program(doc, env, binder, weights)
+
+
+def _program(doc: dict, env: ShapeEnv | None, binder: TensorBinder,
+             weights: dict[str, torch.Tensor] | None) -> ExportedProgram:
     gm = graph_from_json(doc.get("graph"), env)
     signature = _signature(doc.get("signature"))
     state_dict, constants = _state(doc, binder, weights)
@@ -173,10 +181,9 @@ def program_from_json(doc: dict, binder: TensorBinder, weights: dict[str, torch.
     check_coherence(fields)
     check_graph(gm, env)
     try:
-        ep = ExportedProgram(**fields)
+        return ExportedProgram(**fields)
     except GraphportError as e:
         raise ArtifactError(f"the loaded program breaks the IR contract: {e.what}") from None
-    return ep
 
 
 def _check_bindings(env: ShapeEnv | None, contract: ShapeContract | None) -> None:
