@@ -447,6 +447,7 @@ TORCH_OVER_REFUSES = {
     ("slice_half", "Dim"): "cannot prove the always-true guard (s // 2) <= s; suggests s = 2*_s",
     ("slice_inner", "Dim"): "its guard solver fails: Expected op to be '==', got <= for 5/2 <= s",
     ("sym_min", "Dim"): "cannot prove the always-true guard min(5, s) <= s (graphport evaluates it over 0..64)",
+    ("gt_two", "Dim"): "guards on the branch `s > 2` (graphport captures both sides as a cond)",
 }
 
 
