@@ -12,6 +12,7 @@ import torch._decomp
 from torch import nn
 
 import graphport as gp
+from graphport.serde.symbolic import env_to_json
 
 WORKERS, ROUNDS = 3, 2
 
@@ -67,8 +68,8 @@ def _cases():
 
 
 def _work(case: tuple, shared) -> dict:
-    """Export, print, save/load and lower one case (its own copy of the model), and print a
-    program every thread prints; what each step gives, as text and values."""
+    """Export, print, save/load and lower one case (its own copy of the model), and print and
+    lower a program every thread prints and lowers; what each step gives, as text and values."""
     model, example, dynamic, fresh = case
     ep = gp.export(copy.deepcopy(model), example, dynamic_shapes=dynamic)
     buffer = io.BytesIO()
@@ -79,10 +80,11 @@ def _work(case: tuple, shared) -> dict:
     with torch.no_grad():
         outputs = [torch.utils._pytree.tree_leaves(p.module()(*fresh)) for p in (ep, loaded, lowered)]
     return {"exported": str(ep), "loaded": str(loaded), "lowered": str(lowered), "outputs": outputs,
-            "shared": str(shared) + shared.module().print_readable(print_output=False)}
+            "shared": str(shared) + shared.module().print_readable(print_output=False),
+            "shared lowered": str(shared.run_decompositions())}
 
 
-_TEXTS = ("exported", "loaded", "lowered", "shared")
+_TEXTS = ("exported", "loaded", "lowered", "shared", "shared lowered")
 
 
 def _same(a: dict, b: dict) -> bool:
@@ -115,6 +117,7 @@ def test_threads_export_load_and_lower_as_alone_and_change_no_global_state():
     model, example, dynamic, _ = cases["attention"]
     shared = gp.export(model, example, dynamic_shapes=dynamic)
     values = [type(n.meta.get("val")) for n in shared.graph.nodes]
+    shape_facts = env_to_json(shared.shape_env)
     alone = {name: _work(cases[name], shared) for name in names}
     expected = _global_state()
     changed: set[str] = set()
@@ -155,6 +158,7 @@ def test_threads_export_load_and_lower_as_alone_and_change_no_global_state():
                         if not _same(got, alone[name])})
     assert not different, f"done in threads, these differ from the same work done alone: {different}"
     assert [type(n.meta.get("val")) for n in shared.graph.nodes] == values   # printing left its metadata as it was
+    assert env_to_json(shared.shape_env) == shape_facts   # lowering reasoned in forks of its environment
 
 
 @pytest.mark.xfail(strict=True, reason="lowering an LSTM turns torch's process-wide mkldnn and nnpack flags off "
