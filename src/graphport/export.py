@@ -111,7 +111,7 @@ def export(mod: torch.nn.Module | Callable, args: tuple, kwargs: dict | None = N
                                                audit=PythonAudit(strict) if audit is not None else None),
                 lambda program, captured_, shapes_: _finish(
                     program, root, args, kwargs, captured_, shapes_,
-                    lambda s, locations=True: trace(s, locations, program=program),
+                    lambda s, locations=True, prove_locally=False: trace(s, locations, prove_locally, program=program),
                     preserve_module_call_signature, []))
             if ep is None:
                 raise

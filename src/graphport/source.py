@@ -48,6 +48,25 @@ def _is_internal(filename: str) -> bool:
     return filename.startswith(_INTERNAL_DIRS) or filename.startswith("<frozen")
 
 
+# where torch turns `bool(sym_bool)` into a question to the shape environment
+_SYMBOLIC_BOOL = (os.path.join(_TORCH_DIR, "__init__.py"), os.path.join(_TORCH_DIR, "fx", "experimental", "sym_node.py"))
+_GRAPHPORT_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
+
+
+def asked_by_program() -> bool:
+    """Whether the question about sizes being answered now comes from the program's own
+    Python (the user's code or a library's: `if h == w:`), not from torch's implementation of
+    an operator (a shape check inside a kernel): the innermost frame past graphport's own and
+    torch's `bool(SymBool)` machinery."""
+    frame = sys._getframe(1)
+    while frame is not None:
+        filename = frame.f_code.co_filename
+        if not (filename.startswith(_GRAPHPORT_DIR) or filename in _SYMBOLIC_BOOL or filename.startswith("<frozen")):
+            return not filename.startswith(_TORCH_DIR + os.sep)
+        frame = frame.f_back
+    return False
+
+
 def user_frames(limit: int = 64) -> list[FrameType]:
     """User frames on the current stack, outermost first."""
     frames = []

@@ -165,3 +165,16 @@ def test_a_view_infers_its_size_as_an_integer_where_the_element_count_is_expande
     for n in (2, 6, 33):
         x = torch.randn(1, n, 16)
         torch.testing.assert_close(ep.module()(x), heads(x), rtol=0, atol=0)
+
+
+def test_a_shape_check_inside_an_operator_is_not_split():
+    """`x @ x` needs a square x: torch's matmul asks whether the sizes agree. That is the
+    operator's check, not a branch of the program: the export reports the contradiction and
+    its fix instead of a cond whose other side fails at every call."""
+    class Square(torch.nn.Module):
+        def forward(self, x):
+            return x @ x
+
+    rows, cols = gp.Dim("rows", min=1, max=8), gp.Dim("cols", min=1, max=8)
+    with pytest.raises(gp.ConstraintViolationError, match="cols = rows"):
+        gp.export(Square(), (torch.randn(4, 4),), dynamic_shapes=({0: rows, 1: cols},))

@@ -101,8 +101,7 @@ def _trusted(settled: LocalVerdicts | None, graph: fx.Graph, env: ShapeEnv) -> L
     where it may sit in a branch of a cond eager does not take, or follow a decision on data."""
     if settled is None:
         return LocalVerdicts()
-    branches = any(n.op == "get_attr" and isinstance(getattr(graph.owning_module, n.target, None), fx.GraphModule)
-                   for n in graph.nodes)
+    branches = any(n.op == "get_attr" for n in graph.nodes)   # the IR's get_attr nodes are subgraphs only
     if branches or env.unbacked.infos:
         return LocalVerdicts(settled.valid, {}, settled.combinations)
     return settled

@@ -20,7 +20,7 @@ from typing import Any
 import sympy
 
 from ..errors import UnsupportedFeatureError
-from ..source import SourceLocation, innermost_user_location
+from ..source import SourceLocation, asked_by_program, innermost_user_location
 from .branch_facts import decide_given
 from .expr import ValueRange, decide
 from .symbols import SymbolKind, SymbolTable
@@ -306,7 +306,7 @@ class ShapeEnv:
             return answer
         if self.copy_if_undecided:
             raise ChoiceUndecided(rel)
-        if branch and self.splitting is not None and rel.free_symbols <= self.symbols.keys():
+        if branch and self.splitting is not None and rel.free_symbols <= self.symbols.keys() and asked_by_program():
             self.splitting.undecided(rel, location or innermost_user_location())
         self._asked[rel] = asked = self._asked.get(rel, 0) + 1
         if asked > _MAX_REPEATS:
