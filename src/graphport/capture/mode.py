@@ -20,6 +20,7 @@ from ..ops.policy import EXPORT_DEFAULT, Aliasing, DispatchPolicy, python_decomp
 from ..ops.views import ViewInverseMismatch, ViewWriteError, addresses_base_storage
 from . import example_answers
 from ..values import DEVICE_KEY
+from .draw_order import DRAWS_IN_MEMORY_ORDER, draw_permutation
 from .data_dependent import mask_index, rules as data_dependent_rules, truth
 from .eager_check import outside_storage, runs_at_the_example, with_eager_like_strides
 from . import custom_ops
@@ -388,6 +389,9 @@ class CaptureMode(_torch.TorchDispatchMode):
                     f"the in-place operator {func} changes a tensor's shape or strides in place",
                     fix=f"use the out-of-place form: `x = x.{func.overloadpacket.__name__.rstrip('_')}(...)`")
             fargs, fkwargs = _with_defaults(schema, info.functional._schema, args, kwargs)
+            if func in DRAWS_IN_MEMORY_ORDER:
+                self.write(target, self.draw_in_memory_order(info.functional, fargs, fkwargs))
+                return target
             self.write(target, self.call(info.functional, fargs, fkwargs), _FILLS.get(func, lambda *a: None)(*args))
             return target
         if info.kind is Kind.OUT:
@@ -407,6 +411,16 @@ class CaptureMode(_torch.TorchDispatchMode):
                 self.write(bound[name], value)
         kept = tuple(result[:n_returns])
         return kept[0] if n_returns == 1 else kept
+
+    def draw_in_memory_order(self, functional, args, kwargs) -> TracerTensor:
+        """The functional form of an in-place draw, on the written tensor permuted so that its
+        logical order is its memory order, permuted back (capture/draw_order.py)."""
+        order = draw_permutation(self._meta(args[0]))
+        if order is None:
+            return self.call(functional, args, kwargs)
+        permuted = self.call(aten.permute.default, (args[0], order), {}, view=True)
+        drawn = self.call(functional, (permuted, *args[1:]), kwargs)
+        return self.call(aten.permute.default, (drawn, [order.index(d) for d in range(len(order))]), {}, view=True)
 
     def _computed_here(self, t) -> bool:
         """Whether `t` is a tensor the code being recorded computed in this scope: not an
