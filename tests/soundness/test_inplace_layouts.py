@@ -114,3 +114,110 @@ def test_in_place_draw_into_a_strided_window_of_symbolic_size_is_refused():
     with pytest.raises(gp.UnsupportedFeatureError, match="draws random numbers in place") as e:
         gp.export(strided_slice_bernoulli, (torch.randn(7, 5),), dynamic_shapes=({0: gp.Dim("n", min=0, max=16)},))
     assert isinstance(e.value, RuntimeError)
+
+
+def _eager_raises(fn, x):
+    with pytest.raises(RuntimeError, match="memory location"):
+        fn(x.clone())
+
+
+def scatter_from_itself(x):
+    return x.scatter_(1, torch.zeros(x.shape[0], 2, dtype=torch.long), x)
+
+
+def scatter_add_from_itself(x):
+    return x.scatter_add_(0, torch.zeros(2, x.shape[1], dtype=torch.long), x)
+
+
+def add_shifted_self(x):
+    return x[1:].add_(x[:-1])
+
+
+def index_copy_from_itself(x):
+    return x.index_copy_(0, torch.zeros(x.shape[0], dtype=torch.long), x)
+
+
+@pytest.mark.parametrize("fn", [scatter_from_itself, scatter_add_from_itself, add_shifted_self,
+                                index_copy_from_itself], ids=lambda f: f.__name__)
+@pytest.mark.parametrize("dynamic", [False, True])
+def test_source_sharing_the_written_memory_fails_as_in_eager(fn, dynamic):
+    """eager refuses these writes (their source is, or overlaps, the written tensor); the
+    functional form answered from the values before the write."""
+    x = torch.randn(6, 4)
+    _eager_raises(fn, x)
+    spec = ({0: gp.Dim("n", min=2, max=16)},) if dynamic else None
+    with pytest.raises(gp.OperatorError, match="single memory location") as e:
+        gp.export(fn, (x.clone(),), dynamic_shapes=spec)
+    assert isinstance(e.value, RuntimeError) and "fails the same way in eager" in str(e.value)
+
+
+def add_through_overlapping_window(x):
+    x.as_strided((x.numel() - 1, 2), (1, 1)).add_(1)
+    return x
+
+
+def copy_into_overlapping_window(x):
+    x.as_strided((x.numel() - 1, 2), (1, 1)).copy_(torch.ones(x.numel() - 1, 2))
+    return x
+
+
+def add_into_broadcast_window(x):
+    x.as_strided((3, x.shape[1]), (0, 1)).add_(1)
+    return x
+
+
+@pytest.mark.parametrize("fn", [add_through_overlapping_window, copy_into_overlapping_window],
+                         ids=lambda f: f.__name__)
+@pytest.mark.parametrize("dynamic", [False, True])
+def test_write_through_a_window_sharing_memory_is_refused(fn, dynamic):
+    """eager writes such a window element by element (an add lands twice on a shared
+    element); the functional form wrote each once: refused, with the reason."""
+    x = torch.randn(6, 4)
+    fn(x.clone())   # eager runs it
+    spec = ({0: gp.Dim("n", min=2, max=16)},) if dynamic else None
+    with pytest.raises(gp.UnsupportedFeatureError, match="one memory location") as e:
+        gp.export(fn, (x.clone(),), dynamic_shapes=spec)
+    assert isinstance(e.value, RuntimeError)
+
+
+def test_write_into_a_broadcast_window_fails_as_in_eager():
+    x = torch.randn(6, 4)
+    with pytest.raises(RuntimeError, match="memory location"):
+        add_into_broadcast_window(x.clone())
+    with pytest.raises(gp.OperatorError, match="memory location"):
+        gp.export(add_into_broadcast_window, (x,))
+
+
+def fill_overlapping_window(x):
+    x.as_strided((x.numel() - 1, 2), (1, 1)).fill_(3.0)
+    return x
+
+
+def add_itself(x):
+    return x.add_(x).mul_(x)
+
+
+def copy_between_halves(x):
+    h = x.shape[1] // 2
+    x[:, :h].copy_(x[:, h:])
+    return x
+
+
+@pytest.mark.parametrize("fn", [fill_overlapping_window, add_itself], ids=lambda f: f.__name__)
+def test_writes_eager_computes_the_functional_way_still_export(fn):
+    """Fills of a shared window and an elementwise op reading exactly the tensor it writes
+    are the functional answer, at every size."""
+    x = torch.randn(6, 4)
+    _same_as_eager(fn, gp.export(fn, (x,)), x)
+    ep = gp.export(fn, (x,), dynamic_shapes=({0: gp.Dim("n", min=1, max=16)},))
+    for n in (1, 6, 11):
+        _same_as_eager(fn, ep, torch.randn(n, 4))
+
+
+def test_copy_between_disjoint_parts_of_one_tensor():
+    """At static sizes the parts are shown disjoint and the copy exports; where the sizes
+    are symbolic, whether they overlap is not settled for every size: refused, clearly."""
+    x = torch.randn(6, 4)
+    _same_as_eager(copy_between_halves, gp.export(copy_between_halves, (x,)), x)
+    with pytest.raises(gp.UnsupportedFeatureError, match="whether they overlap depends on the sizes"):
+        gp.export(copy_between_halves, (x,), dynamic_shapes=({0: gp.Dim("n", min=0, max=16)},))

@@ -20,6 +20,7 @@ from ..ops.policy import EXPORT_DEFAULT, Aliasing, DispatchPolicy, python_decomp
 from ..ops.views import ViewInverseMismatch, ViewWriteError, addresses_base_storage
 from . import example_answers
 from ..values import DEVICE_KEY
+from . import memory_overlap
 from .draw_order import DRAWS_IN_MEMORY_ORDER, draw_permutation
 from .data_dependent import mask_index, rules as data_dependent_rules, truth
 from .eager_check import outside_storage, runs_at_the_example, with_eager_like_strides
@@ -377,6 +378,13 @@ class CaptureMode(_torch.TorchDispatchMode):
         self.run_meta(func, args, kwargs)  # eager's checks (dtype casts, broadcast into self)
         schema = func._schema
         bound = _bind(schema, args, kwargs)
+        if func not in _FILLS:   # eager fills even views whose elements share memory
+            if info.kind is Kind.INPLACE:
+                written, inputs = [args[0]], (args[1:], kwargs)
+            else:
+                written = [bound[name] for name in info.mutated_args if bound.get(name) is not None]
+                inputs = [v for name, v in bound.items() if name not in info.mutated_args]
+            self.check_memory_overlap(func, written, inputs, args, kwargs)
         if info.kind is Kind.INPLACE:
             target = args[0]
             if func is aten.copy_.default and _overwrites_input(self.rec, target, args[1]):
@@ -411,6 +419,23 @@ class CaptureMode(_torch.TorchDispatchMode):
                 self.write(bound[name], value)
         kept = tuple(result[:n_returns])
         return kept[0] if n_returns == 1 else kept
+
+    def check_memory_overlap(self, func, written: list, inputs, args, kwargs) -> None:
+        """Eager's memory-overlap error, or a refusal where eager's answer depends on the order
+        it writes shared memory (capture/memory_overlap.py)."""
+        found = memory_overlap.check(func, written, inputs, args, kwargs, base_of=_base, meta_of=self._meta,
+                                     is_tracer=lambda a: isinstance(a, TracerTensor))
+        if found is None:
+            return
+        kind, text = found
+        if kind == "eager":
+            raise OperatorError(f"{func.name()} failed on the example inputs: {text}",
+                                fix="this call fails the same way in eager PyTorch: clone() the tensor it reads "
+                                    "(or the view it writes) before the in-place operation")
+        raise UnsupportedFeatureError(
+            f"the program writes in place with {func.name()} where {text}: eager's answer then depends on the "
+            "order it writes the elements, which a functional program cannot reproduce",
+            fix="clone() the tensor the call reads (or compute the new values out of place) before writing")
 
     def draw_in_memory_order(self, functional, args, kwargs) -> TracerTensor:
         """The functional form of an in-place draw, on the written tensor permuted so that its
