@@ -77,13 +77,16 @@ def _share(a, b) -> bool:
     return bool(torch.isin(_addresses(*a), _addresses(*b)).any())
 
 
-def check(func, written: list, inputs: Any, args: tuple, kwargs: dict, base_of: Callable, meta_of: Callable,
-          is_tracer: Callable) -> tuple[str, str] | None:
+def check(func, written: list, windows: list, inputs: Any, args: tuple, kwargs: dict, base_of: Callable,
+          meta_of: Callable, is_tracer: Callable) -> tuple[str, str] | None:
     """("eager", eager's message) where eager raises a memory-overlap error on this call,
     ("order", why) where eager's answer depends on the order of its writes or graphport
     cannot tell at every size, None where the functional form gives eager's answer.
     `inputs`: the arguments the call reads, the written ones left out (a reader that is the
-    written tensor itself overlaps it fully: eager allows that for elementwise ops only)."""
+    written tensor itself overlaps it fully: eager allows that for elementwise ops only).
+    `windows`: the written tensors whose own elements may share memory (views through
+    `as_strided`; writes through expand and unfold are judged where they are written back)."""
+    written = [w for w in written if is_tracer(w)]
     written_bases = {id(base_of(w)) for w in written}
     readers = [t for t in arg_leaves(inputs) if is_tracer(t) and id(base_of(t)) in written_bases]
     sharing = [*written, *readers]
@@ -95,8 +98,8 @@ def check(func, written: list, inputs: Any, args: tuple, kwargs: dict, base_of: 
             return "order", ("an input of the call shares memory with the tensor it writes, at sizes that depend "
                              "on tensor values")
         return None
-    for w in written:
-        if _overlaps_itself(*layouts[id(w)]):
+    for w in windows:
+        if id(w) in layouts and _overlaps_itself(*layouts[id(w)]):
             self_overlap.append(w)
     full = [r for r in readers if any(r is w or (id(base_of(r)) == id(base_of(w)) and layouts[id(r)] == layouts[id(w)])
                                       for w in written)]

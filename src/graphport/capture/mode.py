@@ -17,7 +17,7 @@ from ..errors import (ConstantMutationError, DataDependentError, GraphportError,
                       UnsupportedOperatorError)
 from ..ops.kinds import DATA_DEPENDENT_SHAPE, DATA_READS, METADATA_MUTATING, Kind, is_impure, op_info
 from ..ops.policy import EXPORT_DEFAULT, Aliasing, DispatchPolicy, python_decomposition
-from ..ops.views import ViewInverseMismatch, ViewWriteError, addresses_base_storage
+from ..ops.views import STORAGE_ADDRESSED, ViewInverseMismatch, ViewWriteError, addresses_base_storage
 from . import example_answers
 from ..values import DEVICE_KEY
 from . import memory_overlap
@@ -423,7 +423,9 @@ class CaptureMode(_torch.TorchDispatchMode):
     def check_memory_overlap(self, func, written: list, inputs, args, kwargs) -> None:
         """Eager's memory-overlap error, or a refusal where eager's answer depends on the order
         it writes shared memory (capture/memory_overlap.py)."""
-        found = memory_overlap.check(func, written, inputs, args, kwargs, base_of=_base, meta_of=self._meta,
+        windows = [w for w in written if isinstance(w, TracerTensor)
+                   and any(step.op in STORAGE_ADDRESSED for step in (w.gp_chain or ()))]
+        found = memory_overlap.check(func, written, windows, inputs, args, kwargs, base_of=_base, meta_of=self._meta,
                                      is_tracer=lambda a: isinstance(a, TracerTensor))
         if found is None:
             return
