@@ -17,9 +17,11 @@ from ..errors import (ConstantMutationError, DataDependentError, GraphportError,
                       UnsupportedOperatorError)
 from ..ops.kinds import DATA_DEPENDENT_SHAPE, DATA_READS, METADATA_MUTATING, Kind, is_impure, op_info
 from ..ops.policy import EXPORT_DEFAULT, Aliasing, DispatchPolicy, python_decomposition
-from ..ops.views import ViewInverseMismatch, ViewWriteError, addresses_base_storage
+from ..ops.views import STORAGE_ADDRESSED, ViewInverseMismatch, ViewWriteError, addresses_base_storage
 from . import example_answers
 from ..values import DEVICE_KEY
+from . import memory_overlap
+from .draw_order import DRAWS_IN_MEMORY_ORDER, draw_permutation
 from .data_dependent import mask_index, rules as data_dependent_rules, truth
 from .eager_check import outside_storage, runs_at_the_example, with_eager_like_strides
 from . import custom_ops
@@ -376,6 +378,13 @@ class CaptureMode(_torch.TorchDispatchMode):
         self.run_meta(func, args, kwargs)  # eager's checks (dtype casts, broadcast into self)
         schema = func._schema
         bound = _bind(schema, args, kwargs)
+        if func not in _FILLS:   # eager fills even views whose elements share memory
+            if info.kind is Kind.INPLACE:
+                written, inputs = [args[0]], (args[1:], kwargs)
+            else:
+                written = [bound[name] for name in info.mutated_args if bound.get(name) is not None]
+                inputs = [v for name, v in bound.items() if name not in info.mutated_args]
+            self.check_memory_overlap(func, written, inputs, args, kwargs)
         if info.kind is Kind.INPLACE:
             target = args[0]
             if func is aten.copy_.default and _overwrites_input(self.rec, target, args[1]):
@@ -388,6 +397,9 @@ class CaptureMode(_torch.TorchDispatchMode):
                     f"the in-place operator {func} changes a tensor's shape or strides in place",
                     fix=f"use the out-of-place form: `x = x.{func.overloadpacket.__name__.rstrip('_')}(...)`")
             fargs, fkwargs = _with_defaults(schema, info.functional._schema, args, kwargs)
+            if func in DRAWS_IN_MEMORY_ORDER:
+                self.write(target, self.draw_in_memory_order(info.functional, fargs, fkwargs))
+                return target
             self.write(target, self.call(info.functional, fargs, fkwargs), _FILLS.get(func, lambda *a: None)(*args))
             return target
         if info.kind is Kind.OUT:
@@ -407,6 +419,35 @@ class CaptureMode(_torch.TorchDispatchMode):
                 self.write(bound[name], value)
         kept = tuple(result[:n_returns])
         return kept[0] if n_returns == 1 else kept
+
+    def check_memory_overlap(self, func, written: list, inputs, args, kwargs) -> None:
+        """Eager's memory-overlap error, or a refusal where eager's answer depends on the order
+        it writes shared memory (capture/memory_overlap.py)."""
+        windows = [w for w in written if isinstance(w, TracerTensor)
+                   and any(step.op in STORAGE_ADDRESSED for step in (w.gp_chain or ()))]
+        found = memory_overlap.check(func, written, windows, inputs, args, kwargs, base_of=_base, meta_of=self._meta,
+                                     is_tracer=lambda a: isinstance(a, TracerTensor))
+        if found is None:
+            return
+        kind, text = found
+        if kind == "eager":
+            raise OperatorError(f"{func.name()} failed on the example inputs: {text}",
+                                fix="this call fails the same way in eager PyTorch: clone() the tensor it reads "
+                                    "(or the view it writes) before the in-place operation")
+        raise UnsupportedFeatureError(
+            f"the program writes in place with {func.name()} where {text}: eager's answer then depends on the "
+            "order it writes the elements, which a functional program cannot reproduce",
+            fix="clone() the tensor the call reads (or compute the new values out of place) before writing")
+
+    def draw_in_memory_order(self, functional, args, kwargs) -> TracerTensor:
+        """The functional form of an in-place draw, on the written tensor permuted so that its
+        logical order is its memory order, permuted back (capture/draw_order.py)."""
+        order = draw_permutation(self._meta(args[0]))
+        if order is None:
+            return self.call(functional, args, kwargs)
+        permuted = self.call(aten.permute.default, (args[0], order), {}, view=True)
+        drawn = self.call(functional, (permuted, *args[1:]), kwargs)
+        return self.call(aten.permute.default, (drawn, [order.index(d) for d in range(len(order))]), {}, view=True)
 
     def _computed_here(self, t) -> bool:
         """Whether `t` is a tensor the code being recorded computed in this scope: not an
