@@ -235,8 +235,10 @@ def _shape_contract(shapes: InputShapes, captured: Captured, trace: Callable,
         _log_small_sizes(shapes, report)
     # A size where the program computes something else than at the example breaks the
     # declared range; one where the program fails (as eager would) is refused at call time.
+    # Dim.AUTO / Dim.DYNAMIC declare no range of their own: such a size narrows the range
+    # instead, and a call there is refused with the reason.
     differs = {(sym, size): (refusal.reason, refusal.where) for (sym, size), refusal in report.refused.items()
-               if not refusal.fails_in_eager and shapes.kinds.get(sym) != "auto"}
+               if not refusal.fails_in_eager and shapes.kinds.get(sym) == "dim"}
     kept = check(shapes, differs)
     valid_from = {}
     for sym, least in shapes.env.assumed_min.items():
@@ -251,7 +253,8 @@ def _shape_contract(shapes: InputShapes, captured: Captured, trace: Callable,
             reason = (f"at {shapes.env.symbols[sym].dim_name} = {lowest - 1}, {refusal.reason}" if refusal is not None
                       else unproven)
             valid_from[sym] = (lowest, reason)
-            what = "narrows Dim.AUTO's range" if shapes.kinds.get(sym) == "auto" else "is refused at call time"
+            what = (f"narrows Dim.{shapes.kinds[sym].upper()}'s range" if shapes.kinds.get(sym) in ("auto", "dynamic")
+                    else "is refused at call time")
             shapes.specialized.append(f"{shapes.env.symbols[sym].dim_name} < {lowest} {what}: {reason}")
     return build_contract(shapes, kept, valid_from, report.exclusions)
 

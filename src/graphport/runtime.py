@@ -367,7 +367,9 @@ def check_shapes(contract, flat: list, paths: list[str]) -> None:
                 fix=f"pass {paths[src.index]} with shape[{src.dim}] of the form {readable}")
         values[sym] = value = (size - src.offset) // src.coeff
         where[sym] = at if (src.coeff, src.offset) == (1, 0) else f"{at} = {src.coeff * sympy.Symbol(fact.name) + src.offset}"
-        if not fact.range.contains(value):
+        # a range narrowed to where the program is valid (Dim.AUTO / Dim.DYNAMIC): say why
+        narrowed = fact.valid_from is not None and fact.valid_from == fact.range.lower
+        if not fact.range.contains(value) and not (narrowed and 0 <= value < fact.valid_from):
             what, wider = (("dimension", f"Dim('{fact.name}')") if src.dim is not None
                            else ("the dynamic int", "Dim.DYNAMIC(min=..., max=...)"))
             raise InputGuardError(

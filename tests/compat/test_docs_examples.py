@@ -579,6 +579,8 @@ INTENTIONAL: dict[str, str] = {
                            "back by ep.module() (torch.export 2.13's default graph keeps add_)",
     "export_a_function_needs_a_module": "graphport also exports plain functions; torch.export requires an "
                                         "nn.Module (ValueError)",
+    "static_dim_with_auto": "Dim.AUTO ranges from 0 in graphport where the program is proven valid at 0 and 1 "
+                            "(range_constraints [0, oo]); torch.export 2.13 starts it at 2 and refuses 0 and 1",
 }
 
 

@@ -269,9 +269,10 @@ def build_contract(shapes: InputShapes, kept: list[Guard], valid_from: dict[symp
     input dimension's expression, and the relations every call must satisfy."""
     env = shapes.env
     ranges = _auto_ranges(shapes, kept)
-    for sym in [s for s in valid_from if shapes.kinds.get(s) == "auto"]:   # Dim.AUTO: refined, not refused
-        least, _ = valid_from.pop(sym)
-        ranges[sym] = ValueRange(max(ranges[sym].lower, least), ranges[sym].upper)
+    # Dim.AUTO / Dim.DYNAMIC: the range says where the program is valid; the reason stays
+    # with it, for the refusal of a call below it
+    for sym in [s for s in valid_from if shapes.kinds.get(s) in ("auto", "dynamic")]:
+        ranges[sym] = ValueRange(max(ranges[sym].lower, valid_from[sym][0]), ranges[sym].upper)
     dims = []
     for i, sizes in shapes.sizes.items():
         for d, size in enumerate(sizes):

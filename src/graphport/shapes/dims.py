@@ -30,8 +30,11 @@ class _DimHint:
 
     @property
     def range(self) -> tuple[int, Any]:
-        """(lowest, highest) size the hint allows; sizes 0 and 1 are specialized, so at least 2."""
-        return (max(2, self.min or 0), INT_OO if self.max is None else self.max)
+        """(lowest, highest) size the hint allows (torch's default: [0, inf]). As for a named
+        Dim, the capture assumes sizes of at least 2 and the small-size proof then settles 0 and
+        1; the program's range says where it is valid (torch.export reports [2, inf] whatever
+        the program does at 0 and 1)."""
+        return (self.min or 0, INT_OO if self.max is None else self.max)
 
     def __repr__(self) -> str:
         bounds = [f"{k}={v}" for k, v in (("min", self.min), ("max", self.max)) if v is not None]
