@@ -10,7 +10,7 @@ import itertools
 
 import pytest
 import sympy
-from hypothesis import given, settings, strategies as st
+from hypothesis import assume, given, settings, strategies as st
 
 from graphport.shapes.expr import FloorDiv, Mod, ValueRange, bounds, decide, refine
 
@@ -190,6 +190,9 @@ def test_a_size_padded_to_a_multiple_equals_the_multiple_of_its_quotient(inner, 
     """Windowed attention pads h up to h_pad = h + (-h) % k and views h_pad as (h_pad//k, k):
     c*h_pad*o == c*k*(h_pad//k)*o must be decided True, and is true at every point."""
     (ei, fi), (eo, fo) = inner, other
+    # a program pads sizes computed with positive divisors; a negative one (Mod(x, -4)) is
+    # left open by the engine, which is sound, and not what this completeness property is about
+    assume(all(m.args[1].is_positive for m in ei.atoms(Mod)))
     padded = ei + Mod(-ei, k)
     rel = sympy.Eq(c * padded * eo, c * k * FloorDiv(padded, k) * eo, evaluate=False)
     assert decide(rel, ranges) is True, rel
