@@ -6,7 +6,6 @@ import io
 import sys
 import threading
 
-import pytest
 import torch
 import torch._decomp
 from torch import nn
