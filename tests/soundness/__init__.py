@@ -66,6 +66,16 @@ def assert_same(got, want, *, exact=True, what="output", atol=1e-5, rtol=1e-5):
             assert g == w, f"{what}[{i}]: {g!r} != eager {w!r}"
 
 
+def same_as_eager_under_seed(fn, ep, *args):
+    """The program's outputs equal eager's (within float tolerance) when both start from the
+    same random seed, on clones of the same tensor inputs: random ops draw the same numbers."""
+    torch.manual_seed(0)
+    want = fn(*[a.clone() for a in args])
+    torch.manual_seed(0)
+    got = ep.module()(*[a.clone() for a in args])
+    torch.testing.assert_close(got, want)
+
+
 def run_eager(fn, args, kwargs=None, seed=None):
     args, kwargs = clone_tree((args, kwargs or {}))
     if seed is not None:

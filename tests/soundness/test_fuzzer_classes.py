@@ -13,13 +13,7 @@ from torch._higher_order_ops.scan import scan
 
 import graphport as gp
 
-
-def _same_as_eager(fn, ep, *args):
-    torch.manual_seed(0)
-    want = fn(*[a.clone() for a in args])
-    torch.manual_seed(0)
-    got = ep.module()(*[a.clone() for a in args])
-    torch.testing.assert_close(got, want)
+from tests.soundness import same_as_eager_under_seed
 
 
 def bernoulli_in_place(x):
@@ -43,9 +37,9 @@ def test_random_ops_with_default_probability(fn, dynamic):
     x = torch.randn(4, 3)
     spec = ({0: gp.Dim("n", min=2, max=16)},) if dynamic else None
     ep = gp.export(fn, (x,), dynamic_shapes=spec)
-    _same_as_eager(fn, ep, x)
+    same_as_eager_under_seed(fn, ep, x)
     if dynamic:
-        _same_as_eager(fn, ep, torch.randn(9, 3))
+        same_as_eager_under_seed(fn, ep, torch.randn(9, 3))
 
 
 def divmod_of_size(x):
@@ -57,7 +51,7 @@ def test_divmod_of_a_size():
     """divmod(size, k) was a raw TypeError (symbolic sizes have no __divmod__)."""
     ep = gp.export(divmod_of_size, (torch.randn(4, 3),), dynamic_shapes=({0: gp.Dim("n", min=0, max=16)},))
     for n in range(17):
-        _same_as_eager(divmod_of_size, ep, torch.randn(n, 3))
+        same_as_eager_under_seed(divmod_of_size, ep, torch.randn(n, 3))
 
 
 def dropout_when_large(x):
@@ -68,7 +62,7 @@ def test_dropout_training_flag_from_sizes_decided_by_ranges():
     """A size predicate passed as `training`: decided by the ranges where they settle it."""
     ep = gp.export(dropout_when_large, (torch.randn(4, 3),), dynamic_shapes=({0: gp.Dim("n", min=3, max=16)},))
     for n in (3, 4, 16):
-        _same_as_eager(dropout_when_large, ep, torch.randn(n, 3))
+        same_as_eager_under_seed(dropout_when_large, ep, torch.randn(n, 3))
 
 
 def test_dropout_training_flag_from_sizes_fixes_the_size_otherwise():
@@ -110,7 +104,7 @@ def test_cond_branch_computing_with_a_size_derived_float():
     ep = gp.export(cond_branch_with_size_float, (torch.randn(4, 3),),
                    dynamic_shapes=({0: gp.Dim("n", min=0, max=16)},))
     for n in (0, 1, 2, 3, 4, 9, 16):
-        _same_as_eager(cond_branch_with_size_float, ep, torch.randn(n, 3))
+        same_as_eager_under_seed(cond_branch_with_size_float, ep, torch.randn(n, 3))
     cond = next(node for node in ep.graph.nodes if node.target is torch.ops.higher_order.cond)
     operands = cond.args[3]
     assert all(not isinstance(o.meta["val"], torch.SymFloat) for o in operands), operands
@@ -142,7 +136,7 @@ def test_write_through_as_strided_window_past_an_empty_storage():
     ep = gp.export(write_through_strided_window, (torch.randn(4, 3),),
                    dynamic_shapes=({0: gp.Dim("n", min=0, max=16)},))
     for n in (1, 2, 4, 16):
-        _same_as_eager(write_through_strided_window, ep, torch.randn(n, 3))
+        same_as_eager_under_seed(write_through_strided_window, ep, torch.randn(n, 3))
     with pytest.raises(RuntimeError, match="out of bounds for storage"):
         write_through_strided_window(torch.randn(0, 3))
     with pytest.raises(gp.InputMismatchError, match="out of bounds for storage"):
@@ -172,7 +166,7 @@ def test_branch_using_a_data_dependent_size_passed_as_an_operand(fn):
     spec = ({0: gp.Dim("n", min=0, max=16)},)
     ep = gp.export(fn, (torch.randn(8),), dynamic_shapes=spec)
     for x in (torch.randn(8), torch.ones(8), -torch.ones(8), torch.randn(0), torch.randn(3), torch.randn(16)):
-        _same_as_eager(fn, ep, x)
+        same_as_eager_under_seed(fn, ep, x)
 
 
 def scan_from_a_transposed_row(x):
@@ -187,7 +181,7 @@ def test_scan_refuses_the_size_one_carry_eager_rejects():
     ep = gp.export(scan_from_a_transposed_row, (torch.randn(3, 2, 2),),
                    dynamic_shapes=({1: gp.Dim("n", min=0, max=16)},))
     for n in (2, 3, 16):
-        _same_as_eager(scan_from_a_transposed_row, ep, torch.randn(3, n, 2))
+        same_as_eager_under_seed(scan_from_a_transposed_row, ep, torch.randn(3, n, 2))
     for n in (0, 1):
         with pytest.raises(Exception, match="same metadata"):
             scan_from_a_transposed_row(torch.randn(3, n, 2))
