@@ -90,6 +90,27 @@ def test_python_hooks_and_module_are_left_as_found():
     assert module.calls == 0   # export restores the module's plain attributes
 
 
+def test_export_under_cprofile_keeps_profiling():
+    """cProfile's profiler is a C hook that `sys.getprofile()` returns as a non-callable object."""
+    import cProfile
+    import pstats
+
+    def after_export():
+        return 1
+
+    profile = cProfile.Profile()
+    profile.enable()
+    try:
+        ep = gp.export(torch.nn.Linear(3, 3), (torch.randn(2, 3),))
+        after_export()
+    finally:
+        profile.disable()
+    assert sys.getprofile() is None
+    called = {name for (_, _, name) in pstats.Stats(profile).stats}
+    assert "after_export" in called   # the profiler was running again after export
+    assert ep.module()(torch.ones(2, 3)).shape == (2, 3)
+
+
 def test_strict_refusal_restores_hooks():
     module, args = programs.PROGRAMS["Print"].build()
     with pytest.raises(gp.PythonEffectError):

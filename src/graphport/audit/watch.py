@@ -81,8 +81,7 @@ class PythonAudit:
         try:
             yield
         finally:
-            sys.setprofile(saved[0])
-            sys.settrace(saved[1])
+            _restore_hooks(saved)
             pre.remove()
             post.remove()
             self._old.clear()
@@ -126,8 +125,7 @@ class PythonAudit:
 
     @staticmethod
     def resume(saved: tuple) -> None:
-        sys.setprofile(saved[0])
-        sys.settrace(saved[1])
+        _restore_hooks(saved)
 
     # -- calls -----------------------------------------------------------------------------------
 
@@ -421,3 +419,18 @@ def _reachable(target, roots: tuple) -> bool:
                 following += vars(obj).values()
         layer = following
     return False
+
+
+def _restore_hooks(saved: tuple) -> None:
+    """Put back the profile and trace hooks found on entry. A C-level profiler (cProfile's
+    `Profile`, which `sys.getprofile()` returns as an object that is not a Python hook) is
+    re-enabled through its own `enable()`: handed to `sys.setprofile` it would be called as a
+    Python function at the next event and raise `TypeError: 'Profile' object is not callable`."""
+    profile, trace = saved
+    if profile is not None and not callable(profile) and callable(getattr(profile, "enable", None)):
+        sys.setprofile(None)
+        profile.enable()
+    else:
+        sys.setprofile(profile)
+    sys.settrace(trace)
+
