@@ -157,6 +157,68 @@ def _float_unary(values: list[Any]) -> torch.dtype | None:
     return values[0].dtype if isinstance(values[0], torch.Tensor) and values[0].dtype in _FLOATS else None
 
 
+def _same_dtype_unary(values: list[Any]) -> torch.dtype | None:
+    """neg, abs, relu: a real non-bool tensor keeps its dtype (bool is left to the kernel)."""
+    dtype = values[0].dtype if isinstance(values[0], torch.Tensor) else None
+    return dtype if dtype in _REAL and dtype != torch.bool else None
+
+
+def _true_division(values: list[Any]) -> torch.dtype | None:
+    """div without rounding: the promoted dtype where it is floating (integer operands, whose
+    result is the default float dtype, are left to the kernel)."""
+    dtype = _promoted(values)
+    return dtype if dtype in _FLOATS else None
+
+
+def _where(bound: dict) -> Result | None:
+    """where(condition, self, other): a bool condition; the two values promote and all three
+    broadcast."""
+    if not set(bound) <= {"condition", "self", "other"}:
+        return None
+    condition = _tensor(bound["condition"])
+    found = _operands(bound, ("self", "other"))
+    if condition is None or bound["condition"].dtype != torch.bool or found is None or not found[0]:
+        return None
+    dtype = _arithmetic(found[1])
+    shape = _broadcast(condition, *found[0])
+    return None if shape is None or dtype is None else (dtype, shape)
+
+
+def _mean_dim(bound: dict) -> Result | None:
+    """mean over a non-empty list of distinct dims of a floating tensor, keepdim or not."""
+    if not set(bound) <= {"self", "dim", "keepdim"}:
+        return None
+    shape, dims, keep = _tensor(bound["self"]), bound["dim"], bound.get("keepdim", False)
+    if shape is None or bound["self"].dtype not in _FLOATS or type(keep) is not bool \
+            or not isinstance(dims, (list, tuple)) or not dims or not all(type(d) is int for d in dims):
+        return None
+    rank = max(len(shape), 1)
+    if not all(-rank <= d < rank for d in dims):
+        return None
+    reduced = {d % rank for d in dims}
+    if len(reduced) != len(dims) or not shape:
+        return None
+    out = tuple(1 if i in reduced else s for i, s in enumerate(shape) if keep or i not in reduced)
+    return bound["self"].dtype, out
+
+
+def _cat(bound: dict) -> Result | None:
+    """cat of tensors of one dtype and rank (at least 1), equal but along `dim`."""
+    tensors, dim = bound["tensors"], bound.get("dim", 0)
+    if not set(bound) <= {"tensors", "dim"} or not isinstance(tensors, (list, tuple)) or not tensors \
+            or type(dim) is not int:
+        return None
+    shapes = [_tensor(t) for t in tensors]
+    if None in shapes or len({t.dtype for t in tensors}) != 1 or len({len(s) for s in shapes}) != 1 \
+            or not shapes[0] or not -len(shapes[0]) <= dim < len(shapes[0]):
+        return None
+    dim %= len(shapes[0])
+    if len({s[:dim] + s[dim + 1:] for s in shapes}) != 1:
+        return None
+    first = shapes[0]
+    return tensors[0].dtype, first[:dim] + (sum(s[dim] for s in shapes),) + first[dim + 1:]
+
+
 def _no_alpha(bound: dict) -> bool:
     return set(bound) <= {"self", "other", "alpha"} and bound.get("alpha", 1) == 1 and type(bound.get("alpha", 1)) is int
 
@@ -277,7 +339,8 @@ def _diff(bound: dict) -> Result | None:
 
 _BINARY = ("self", "other")
 # torch's binding takes a number where these operators' schemas name a Tensor (as a scalar)
-_NUMBER_OPERANDS = {aten.add.Tensor: {"other"}, aten.sub.Tensor: {"other"}, aten.mul.Tensor: {"other"}}
+_NUMBER_OPERANDS = {aten.add.Tensor: {"other"}, aten.sub.Tensor: {"other"}, aten.mul.Tensor: {"other"},
+                    aten.div.Tensor: {"other"}}
 _RULES: dict[Any, Callable[[dict], Result | None]] = {
     aten.add.Tensor: _elementwise(_BINARY, result=_arithmetic, extra=_no_alpha),
     aten.sub.Tensor: _elementwise(_BINARY, result=_subtraction, extra=_no_alpha),
@@ -287,7 +350,20 @@ _RULES: dict[Any, Callable[[dict], Result | None]] = {
                   aten.eq.Scalar, aten.ne.Scalar, aten.ge.Scalar, aten.gt.Scalar, aten.le.Scalar, aten.lt.Scalar)},
     aten.__and__.Tensor: _elementwise(_BINARY, result=_bitwise),
     aten.bitwise_and.Tensor: _elementwise(_BINARY, result=_bitwise),
-    aten.tanh.default: _elementwise(("self",), result=_float_unary, extra=lambda b: set(b) == {"self"}),
+    aten.div.Tensor: _elementwise(_BINARY, result=_true_division),
+    aten.minimum.default: _elementwise(_BINARY, result=_arithmetic),
+    aten.maximum.default: _elementwise(_BINARY, result=_arithmetic),
+    aten.min.other: _elementwise(_BINARY, result=_arithmetic),
+    aten.max.other: _elementwise(_BINARY, result=_arithmetic),
+    **{op: _elementwise(("self",), result=_float_unary, extra=lambda b: set(b) == {"self"})
+       for op in (aten.tanh.default, aten.sin.default, aten.cos.default, aten.rsqrt.default, aten.log.default,
+                  aten.exp.default, aten.sqrt.default, aten.sigmoid.default)},
+    **{op: _elementwise(("self",), result=_same_dtype_unary, extra=lambda b: set(b) == {"self"})
+       for op in (aten.neg.default, aten.abs.default, aten.relu.default)},
+    aten.where.self: _where,
+    aten.where.ScalarOther: _where,
+    aten.mean.dim: _mean_dim,
+    aten.cat.default: _cat,
     aten.gelu.default: _elementwise(("self",), result=_float_unary, extra=_gelu_arguments),
     aten.pow.Tensor_Scalar: _pow_scalar,
     aten.addmm.default: _addmm,
