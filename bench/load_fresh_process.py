@@ -3,13 +3,16 @@ against torch.export, on GPT-2-medium- and BERT-base-sized programs.
 
 The parent builds each model from its transformers config (random weights), exports it
 with both exporters and saves both programs to local files. Then each round starts one
-new Python process per exporter (who goes first alternates between rounds); each child
-times its imports (`import graphport`, which imports torch; for torch.export, torch and
-transformers' output classes, without which torch.export.load refuses the program), the load (graphport: weights memory-mapped and checked against their
-checksums, the default; torch.export.load), and the first call of the loaded program, and
-checks the first call's output equals the one the parent computed. Reported: medians over
-the rounds of each part, and the ratio graphport / torch.export of import + load + first
-call, and of load + first call alone.
+new Python process per exporter (who goes first alternates between rounds; one untimed
+process per exporter first writes the bytecode caches an installed package has). Each child
+times `import torch`, the rest of its imports (`import graphport`; for torch.export,
+`torch.export` and transformers' output classes, without which torch.export.load refuses
+the program), the load (graphport: weights memory-mapped and checked against their
+checksums, the default; torch.export.load), `ep.module()`, and the first call, checks the
+first call's output equals the one the parent computed, and says whether torch._dynamo got
+imported. Reported: medians over the rounds of each part, and the ratio graphport /
+torch.export of the whole, of the whole but `import torch` (which both pay alike), and of
+load + module() + first call.
 
     PYTHONPATH=src python bench/load_fresh_process.py [--models bert_base,gpt2_medium] [--rounds 3]
 """
@@ -31,28 +34,33 @@ CHILD = r"""
 import json, sys, time
 t0 = time.perf_counter()
 side, path, inputs_path = sys.argv[1:4]
+import torch
+t1 = time.perf_counter()
 if side == "graphport":
     import graphport as gp
-    import torch
-    t1 = time.perf_counter()
+    t2 = time.perf_counter()
     ep = gp.load(path)
 else:
-    import torch
     import torch.export
     import transformers.modeling_outputs  # torch.export.load needs the output classes registered
-    t1 = time.perf_counter()
+    t2 = time.perf_counter()
     ep = torch.export.load(path)
-t2 = time.perf_counter()
+t3 = time.perf_counter()
+module = ep.module()
+t4 = time.perf_counter()
 from safetensors.torch import load_file
 inputs = load_file(inputs_path)
-t3 = time.perf_counter()
+t5 = time.perf_counter()
 with torch.no_grad():
-    out = ep.module()(input_ids=inputs["input_ids"])
-t4 = time.perf_counter()
+    out = module(input_ids=inputs["input_ids"])
+t6 = time.perf_counter()
 first = out[0]   # a ModelOutput (torch.export) or a Record (graphport, transformers not imported): the first field
 same = bool(torch.equal(first, inputs["expected"]))
-print(json.dumps({"import": t1 - t0, "load": t2 - t1, "call": t4 - t3, "same": same}))
+print(json.dumps({"torch": t1 - t0, "import": t2 - t1, "load": t3 - t2, "module": t4 - t3, "call": t6 - t5,
+                  "same": same, "dynamo": "torch._dynamo" in sys.modules}))
 """
+
+PARTS = ("torch", "import", "load", "module", "call")
 
 MODELS = {
     "bert_base": lambda tf: tf.BertModel(tf.BertConfig()),
@@ -83,8 +91,10 @@ def prepare(name: str, folder: str) -> tuple[str, str, str, int]:
 
 
 def child(side: str, program: str, inputs: str) -> dict:
+    # bytecode caches on, as an installed package has them (a first, untimed round writes them)
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
     done = subprocess.run([sys.executable, "-c", CHILD, side, program, inputs], capture_output=True, text=True,
-                          env={**os.environ, "OMP_NUM_THREADS": str(torch.get_num_threads())})
+                          env={**env, "OMP_NUM_THREADS": str(torch.get_num_threads())})
     if done.returncode != 0:
         raise RuntimeError(f"{side} child failed:\n{done.stderr[-3000:]}")
     return json.loads(done.stdout.strip().splitlines()[-1])
@@ -100,24 +110,29 @@ def main() -> None:
     for name in opts.models.split(","):
         gport, pt2, inputs, params = prepare(name, folder)
         runs: dict[str, list[dict]] = {"graphport": [], "torch.export": []}
+        for side in runs:   # untimed: writes the bytecode caches and warms the page cache
+            child(side, gport if side == "graphport" else pt2, inputs)
         for round_ in range(opts.rounds):
             order = list(runs) if round_ % 2 == 0 else list(reversed(runs))
             for side in order:
                 runs[side].append(child(side, gport if side == "graphport" else pt2, inputs))
-        med = {side: {k: statistics.median(r[k] for r in rs) for k in ("import", "load", "call")}
-               for side, rs in runs.items()}
+        med = {side: {k: statistics.median(r[k] for r in rs) for k in PARTS} for side, rs in runs.items()}
         total = {side: sum(m.values()) for side, m in med.items()}
-        warm = {side: m["load"] + m["call"] for side, m in med.items()}
+        past_torch = {side: total[side] - m["torch"] for side, m in med.items()}
+        warm = {side: m["load"] + m["module"] + m["call"] for side, m in med.items()}
         same = all(r["same"] for rs in runs.values() for r in rs)
         print(f"\n{name}: {params / 1e6:.0f}M parameters, archive {os.path.getsize(gport) / 2**20:.0f} MiB (graphport), "
               f"{os.path.getsize(pt2) / 2**20:.0f} MiB (torch.export); medians of {opts.rounds} fresh processes each")
-        print("| | import | load | first call | import + load + call | load + call |")
-        print("|---|---|---|---|---|---|")
+        print("| | import torch | import (rest) | load | module() | first call | all | all but import torch "
+              "| load + module() + call | torch._dynamo imported |")
+        print("|---|---|---|---|---|---|---|---|---|---|")
         for side, m in med.items():
-            print(f"| {side} | {m['import']:.2f} s | {m['load']:.2f} s | {m['call']:.2f} s | {total[side]:.2f} s | "
-                  f"{warm[side]:.2f} s |")
-        print(f"| graphport / torch.export | | | | **{total['graphport'] / total['torch.export']:.2f}x** | "
-              f"{warm['graphport'] / warm['torch.export']:.2f}x |")
+            dynamo = sum(r["dynamo"] for r in runs[side])
+            print(f"| {side} | " + " | ".join(f"{m[k]:.2f} s" for k in PARTS) +
+                  f" | {total[side]:.2f} s | {past_torch[side]:.2f} s | {warm[side]:.2f} s | {dynamo}/{opts.rounds} |")
+        print(f"| graphport / torch.export | | | | | | **{total['graphport'] / total['torch.export']:.2f}x** | "
+              f"{past_torch['graphport'] / past_torch['torch.export']:.2f}x | "
+              f"{warm['graphport'] / warm['torch.export']:.2f}x | |")
         print(f"first outputs equal the model's in every process: {same}")
         for path in (gport, pt2, inputs):
             os.unlink(path)

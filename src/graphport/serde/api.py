@@ -4,8 +4,9 @@ save writes the archive to a temporary file in the target's folder, flushes and 
 it, then renames it over the target: a reader (or a crash) sees the old file or the new
 one, never a partial one. load reads nothing but data: it checks the archive, validates
 graphport.json against the format's JSON Schema, rebuilds the program from fixed tables
-and registered operators, recomputes every node's shapes and dtypes on meta values to
-check the graph against its own metadata, runs the IR verifier, and checks the stored
+and registered operators, recomputes every node's shapes and dtypes from its inputs' to
+check the graph against its own metadata (check.py: torch's meta kernels, or meta_rules.py
+for common operators on static sizes), runs the IR verifier, and checks the stored
 weights' bytes against their checksums (integrity.py).
 """
 from __future__ import annotations

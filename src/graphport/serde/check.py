@@ -2,6 +2,8 @@
 
 Each call is run again on the meta values of its arguments (cheap: no data) and the
 result's dtype and (symbolic) shape are compared with the node's recorded meta['val'].
+Common operators on static sizes are answered by meta_rules.py without a kernel (torch's
+Python meta kernels import torch._dynamo on their first call, seconds of a fresh process).
 A tampered or inconsistent graph is refused at load, with the node named, instead of
 failing later inside a kernel.
 
@@ -25,6 +27,7 @@ from ..capture.meta_cache import MetaCache
 from ..errors import ArtifactError
 from ..values import RuntimeValue
 from ..shapes.env import ShapeEnv
+from .meta_rules import static_result
 
 _META = torch.device("meta")
 
@@ -90,7 +93,9 @@ def _check(gm: fx.GraphModule, cache: MetaCache, introduced: _Introduced) -> Non
         # recomputed on the meta device, where the recorded values' twins live
         args, kwargs = fx.node.map_aggregate((node.args, node.kwargs), _meta_value)
         try:
-            got = cache.run(node.target, args, kwargs, lambda: node.target(*args, **kwargs))
+            got = static_result(node.target, args, kwargs)   # common operators on static sizes: no kernel
+            if got is None:
+                got = cache.run(node.target, args, kwargs, lambda: node.target(*args, **kwargs))
         except Exception as e:   # the operator rejects its recorded arguments, or its sizes depend on data
             if _binds(node) and introduced.accept(node):
                 continue

@@ -11,18 +11,20 @@ lazy load of weights larger than one wants to read up front.
 
 CRC-32 (zlib's) because it detects damage (every burst of up to 32 flipped bits, any other
 change but for one chance in 2**32) at several GB/s on one core, and releases the GIL, so the
-tensors are checked on several threads; a cryptographic hash would be 4-5x slower and buys
+tensors are checked on several threads. It is computed with ISA-L's implementation (the
+`isal` package), the same CRC-32 as zlib's, 3-4x faster (carry-less multiplication
+instructions), so a fresh process's load of a large program spends little on it; a cryptographic hash would be 4-5x slower and buys
 nothing here: whoever can rewrite the weights can rewrite their checksums too (this is a
 check against damage, not a signature).
 """
 from __future__ import annotations
 
 import os
-import zlib
 from concurrent.futures import ThreadPoolExecutor
 from typing import Callable, Iterable, TypeVar
 
 import torch
+from isal.isal_zlib import crc32 as _crc32   # zlib's CRC-32, computed faster
 
 from ..errors import ArtifactError
 from .symbolic import _short
@@ -35,7 +37,7 @@ _R = TypeVar("_R")
 
 def crc32_of(data: torch.Tensor) -> int:
     """The CRC-32 of a CPU uint8 tensor's bytes (contiguous), read without a copy."""
-    return zlib.crc32(data.numpy()) if data.numel() else 0
+    return _crc32(data.numpy()) if data.numel() else 0
 
 
 def checksums(stored_bytes: dict[str, Callable[[], torch.Tensor]]) -> dict:
