@@ -29,13 +29,14 @@ def without_effect_tokens(ep: ExportedProgram) -> ExportedProgram:
     """`ep` itself when it has no tokens, else a new program calling the same operators in the
     same order without them (`ep` is left untouched)."""
     sig = ep.graph_signature
-    if not sig.input_tokens:
+    token_names = set(sig.input_tokens)
+    if not token_names:
         return ep
     graph = fx.Graph()
     env: dict[fx.Node, fx.Node | None] = {}
     direct: dict[fx.Node, tuple[fx.Node, bool]] = {}   # with_effects node -> (direct call, returns one value)
     for node in ep.graph.nodes:
-        if node.op == "placeholder" and node.name in sig.input_tokens:
+        if node.op == "placeholder" and node.name in token_names:
             env[node] = None
         elif _is_with_effects(node):
             _, op, *args = node.args

@@ -154,12 +154,13 @@ def verify(ep, dialect: str = "default") -> None:
                 isinstance(value, fx.Node) and value.name != spec.arg.name):
             _fail(outputs[0], f"output {value} does not match its signature entry {spec}")
     buffers, user_inputs = set(sig.buffers), {s.arg.name for s in sig.input_specs if s.kind is InputKind.USER_INPUT}
+    parameters = set(sig.parameters)
     for spec in sig.output_specs:
         if spec.kind is OutputKind.BUFFER_MUTATION and spec.target not in buffers:
             _fail(outputs[0], f"buffer mutation {spec.arg.name} names {spec.target}, which is no buffer input")
         if spec.kind is OutputKind.USER_INPUT_MUTATION and spec.target not in user_inputs:
             _fail(outputs[0], f"input mutation {spec.arg.name} names {spec.target}, which is no user input")
-        if spec.kind is OutputKind.GRADIENT_TO_PARAMETER and spec.target not in sig.parameters:
+        if spec.kind is OutputKind.GRADIENT_TO_PARAMETER and spec.target not in parameters:
             _fail(outputs[0], f"gradient {spec.arg.name} names {spec.target}, which is no parameter input")
         if spec.kind is OutputKind.GRADIENT_TO_USER_INPUT and spec.target not in user_inputs:
             _fail(outputs[0], f"gradient {spec.arg.name} names {spec.target}, which is no user input")
@@ -185,7 +186,8 @@ def _check_effect_tokens(nodes: list[fx.Node], sig) -> None:
     """Effect tokens form one chain: each input token is read by one `with_effects` call,
     whose new token the next reads, and the last is an output token (torch's form after
     lowering). Without tokens, no `with_effects` call."""
-    inputs = [n for n in nodes if n.op == "placeholder" and n.name in set(sig.input_tokens)]
+    token_names = set(sig.input_tokens)   # once: the signature builds the list per call
+    inputs = [n for n in nodes if n.op == "placeholder" and n.name in token_names]
     calls = [n for n in nodes if n.op == "call_function" and isinstance(n.target, _torch.HigherOrderOperator)
              and n.target.name() == "with_effects"]
     if len(inputs) != len(sig.output_tokens) or (calls and not inputs):
