@@ -36,6 +36,7 @@ from .custom_objects import is_custom_object
 from .effects import orders as effects_order
 from .rules import HIGHER_ORDER, SPECIAL
 from .tracer import META, TracerTensor, data_dependent
+from ..shapes.env import ChoiceUndecided
 
 aten = torch.ops.aten
 pytree = _torch.pytree
@@ -94,6 +95,8 @@ class CaptureMode(_torch.TorchDispatchMode):
         if self.policy.keep(func):
             return self.call_kept_composite(func, args, kwargs)
         decomposition = self.policy.decomposition(func)
+        if func in _CHOOSES_VIEW_OR_COPY and decomposition is not None and self._outside_choice():
+            return self.inner_view_or_copy(func, decomposition, args, kwargs)
         if decomposition is not None:
             out = self.run_decomposition(func, decomposition, args, kwargs)
             if out is not NotImplemented:
@@ -104,6 +107,32 @@ class CaptureMode(_torch.TorchDispatchMode):
         if info.kind is Kind.VIEW:
             return self.call(func, args, kwargs, view=True)
         return self.mutate(func, info, args, kwargs)
+
+    def _outside_choice(self) -> bool:
+        """No view-or-copy call of the program's own (torch_fn.py) is running: a reshape met
+        now was made by an operator's decomposition."""
+        return self.rec.sizes is not None and self.rec.sizes.env.undecided is None
+
+    def inner_view_or_copy(self, func, decomposition, args, kwargs):
+        """A reshape that an operator's decomposition makes (einsum reshapes its permuted
+        operands for `bmm`), treated as the program's own reshape is (torch_fn.py): torch's
+        kernel asks whether the strides allow a view, and where the ranges do not settle that
+        (a dimension that folds away at size 1 only), the answer must not become a guard at the
+        example's value, nor a view that only holds there. Eager's values are the same either
+        way: the reshape is made on a contiguous copy, and a later write into the result or
+        its source, the one thing that could tell the two apart, is refused."""
+        source = args[0]
+        try:
+            with self.rec.view_or_copy(source, copy_if_undecided=True) as result:
+                result.append(self.run_decomposition(func, decomposition, args, kwargs))
+            return result[0]
+        except ChoiceUndecided as undecided:
+            with self:
+                copy = source.clone(memory_format=torch.contiguous_format)
+            with self.rec.view_or_copy(copy) as result:
+                result.append(self.run_decomposition(func, decomposition, (copy, *args[1:]), kwargs))
+            self.rec.unsettled_choice(source, result[0], undecided.question)
+            return result[0]
 
     def concrete_sizes(self, values: list):
         """Sizes for a C++ kernel that needs ints: symbolic ones are specialized when allowed."""
@@ -509,6 +538,9 @@ class CaptureMode(_torch.TorchDispatchMode):
 # Composite ops whose kernel (and so output layout) depends on which inputs require grad:
 # CPU attention takes the math kernel when the mask does (capture/grad.py).
 _CHOOSES_KERNEL_BY_GRAD = frozenset({torch.ops.aten.scaled_dot_product_attention.default})
+
+# Composite ops returning a view of their input or a copy depending on its strides.
+_CHOOSES_VIEW_OR_COPY = frozenset({aten.reshape.default})
 
 _DATA_DEPENDENT = data_dependent_rules()   # .item(), nonzero, ... (capture/data_dependent.py)
 
