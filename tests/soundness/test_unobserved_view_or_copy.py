@@ -96,6 +96,29 @@ def test_a_reshape_inside_an_operator_is_a_view_or_copy_choice_not_a_guard():
         torch.export.export(model, (torch.randn(2, 2, 3, 4),), dynamic_shapes=_chunked_spec(torch.export))
 
 
+class WritesAnOperandAfterwards(nn.Module):
+    """The chunked contraction, then a write into an operand einsum reshaped internally."""
+
+    def forward(self, x):
+        x = x.permute(0, 3, 1, 2)
+        batch, seq, heads, head_dim = x.shape
+        x = nn.functional.pad(x, (0, 0, 0, 0, 0, (4 - seq % 4) % 4)).reshape(batch, -1, 4, heads, head_dim)
+        values = x * 2
+        out = torch.einsum("bclhn,bclhp->bchpn", x[..., :2], values)
+        values.mul_(3)
+        return out, values
+
+
+def test_a_write_into_an_operand_of_a_kept_operator_is_not_refused():
+    """einsum is kept as one node; its decomposition only works out the node's metadata, and the
+    tensors its reshape makes are thrown away: no write can reach them, so none is refused."""
+    model = WritesAnOperandAfterwards()
+    ep = gp.export(model, (torch.randn(2, 2, 3, 4),), dynamic_shapes=_chunked_spec(gp))
+    for batch, seq in [(1, 1), (2, 9), (3, 32)]:
+        x = torch.randn(batch, 2, 3, seq)
+        torch.testing.assert_close(ep.module()(x), model(x))
+
+
 class ReshapeByOperator(nn.Module):
     """SD3's cropped position embedding with the reshape called as the ATen operator (as an
     operator's decomposition calls it), optionally written into afterwards."""

@@ -7,6 +7,7 @@ variant and the written tensors are rebound to the new values.
 """
 from __future__ import annotations
 
+import contextlib
 from typing import Any
 
 import torch
@@ -119,20 +120,49 @@ class CaptureMode(_torch.TorchDispatchMode):
         kernel asks whether the strides allow a view, and where the ranges do not settle that
         (a dimension that folds away at size 1 only), the answer must not become a guard at the
         example's value, nor a view that only holds there. Eager's values are the same either
-        way: the reshape is made on a contiguous copy, and a later write into the result or
-        its source, the one thing that could tell the two apart, is refused."""
+        way: the reshape is made on a contiguous copy. Where the decomposition is recorded (its
+        results are the program's), a later write into the result or its source, the one thing
+        that could tell the two apart, is refused; where it only works out a kept operator's
+        metadata, its tensors are thrown away and no write can reach them."""
         source = args[0]
+        observable = self._recorded_scope()
         try:
-            with self.rec.view_or_copy(source, copy_if_undecided=True) as result:
+            with self._choice(source, observable, copy_if_undecided=True) as result:
                 result.append(self.run_decomposition(func, decomposition, args, kwargs))
             return result[0]
         except ChoiceUndecided as undecided:
             with self:
                 copy = source.clone(memory_format=torch.contiguous_format)
-            with self.rec.view_or_copy(copy) as result:
+            with self._choice(copy, observable) as result:
                 result.append(self.run_decomposition(func, decomposition, (copy, *args[1:]), kwargs))
-            self.rec.unsettled_choice(source, result[0], undecided.question)
+            if observable:
+                self.rec.unsettled_choice(source, result[0], undecided.question)
             return result[0]
+
+    def _recorded_scope(self) -> bool:
+        """Whether what runs now is recorded into the program (not only worked out for metadata)."""
+        scope = self.rec.scope
+        while scope is not None:
+            if not scope.recording:
+                return False
+            scope = scope.parent
+        return True
+
+    @contextlib.contextmanager
+    def _choice(self, source, observable: bool, copy_if_undecided: bool = False):
+        """A view-or-copy choice: the recorder's (remembering what a write could tell apart) where
+        `observable`, else only the environment's answer to undecided questions."""
+        if observable:
+            with self.rec.view_or_copy(source, copy_if_undecided=copy_if_undecided) as result:
+                yield result
+            return
+        env = self.rec.sizes.env
+        outer = env.undecided, env.copy_if_undecided
+        env.undecided, env.copy_if_undecided = [], copy_if_undecided
+        try:
+            yield []
+        finally:
+            env.undecided, env.copy_if_undecided = outer
 
     def concrete_sizes(self, values: list):
         """Sizes for a C++ kernel that needs ints: symbolic ones are specialized when allowed."""
