@@ -132,7 +132,17 @@ def classify_graphport_exception(exc: BaseException) -> Outcome:
         and isinstance(exc, gp.GraphportError)
         and not isinstance(exc, getattr(gp, "InternalError", ()))
     )
-    return Outcome(ERROR if user_facing else CRASH, type(exc).__name__, first_line(str(exc)))
+    return Outcome(ERROR if user_facing else CRASH, type(exc).__name__, first_line(str(exc)) + _at(exc))
+
+
+def _at(exc: BaseException) -> str:
+    """Where a graphport error says it happened (the user's or the model's line), shortened to
+    the path inside site-packages; '' when it names none."""
+    location = getattr(exc, "location", None)
+    if location is None or not getattr(location, "filename", None):
+        return ""
+    path = str(location.filename).split("site-packages/")[-1]
+    return f" [at {path}:{location.lineno}: `{location.code}`]"
 
 
 def is_call_refusal(exc: BaseException, exporter: str) -> bool:

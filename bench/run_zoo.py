@@ -7,8 +7,12 @@ each so one-time import costs are not charged to the first model.
 torch.export runs before graphport, so it cannot inherit state a graphport bug leaves behind.
 
     .venv/bin/python bench/run_zoo.py [--models bert,gpt2] [--timeout 300]
+    .venv/bin/python bench/run_zoo.py --models families --keep /tmp/zoo-rows [--timeout 600]
 
-Writes the "model-zoo" section of bench/RESULTS.md and bench/zoo_results.csv.
+Writes the "model-zoo" section of bench/RESULTS.md and bench/zoo_results.csv; with
+`--models families`, the "model-zoo-families" section and bench/zoo_results_model-zoo-families.csv.
+A long run can be made in parts: run some models with `--keep DIR --no-write` (in the background),
+then the full command with the same `--keep DIR` measures only what is missing and writes the table.
 """
 from __future__ import annotations
 
@@ -39,6 +43,7 @@ COLUMNS = [
     "gp_dyn_export_s", "torch_dyn_export_s", "gp_dyn_over_static", "gp_retraces",
     "batch_dim", "gp_batch1", "gp_batch1_error", "gp_batch1_max_abs_diff", "gp_batch_valid_from",
     "gp_batch_reason", "gp_shape_report", "torch_batch1", "torch_batch1_error", "torch_batch1_max_abs_diff",
+    "gp_sizes", "gp_sizes_error", "torch_sizes", "torch_sizes_error",
     "eager_ms", "gp_run_ms", "gp_latency_ratio", "torch_run_ms", "torch_latency_ratio",
     "gp_rss_mib", "torch_rss_mib", "gp_nodes", "torch_nodes",
     "gp_max_abs_diff", "gp_dyn_max_abs_diff", "torch_max_abs_diff",
@@ -84,6 +89,7 @@ def measure_model(name: str) -> dict[str, Any]:
                     row["gp_retraces"] = captured["retraces"]
                     row.update(small_size_contract(captured["ep"], batch["name"]))
                 row.update(at_batch_one(prefix, exporter, captured["ep"], attempt_built, batch, entry.meta))
+                row.update(at_sizes(prefix, exporter, captured["ep"], attempt_built, entry.meta))
             else:
                 row.update({f"{prefix}_export_s": rec["export_s"], f"{prefix}_rss_mib": rec["rss_mib"],
                             f"{prefix}_nodes": rec["nodes"], f"{prefix}_run_ms": rec["run_ms"],
@@ -211,7 +217,17 @@ def at_batch_one(prefix: str, exporter: str, ep: Any, built: Any, batch: dict[st
         return result(BATCH1_NA, "no dynamic program")
     if batch["min"] > 1:
         return result(BATCH1_NA, f"batch Dim min {batch['min']}")
-    args, kwargs = built.make_inputs(**{**built.sizes, "batch": 1})
+    return result(*judged_call(exporter, ep, built, {**built.sizes, "batch": 1}, meta))
+
+
+def judged_call(exporter: str, ep: Any, built: Any, sizes: dict[str, int], meta: bool = False
+                ) -> tuple[str, str, float | None]:
+    """Call the program at `sizes` and judge it against eager: (status, error, max abs diff)."""
+
+    def result(status: str, error: str = "", diff: float | None = None) -> tuple[str, str, float | None]:
+        return status, error, diff
+
+    args, kwargs = built.make_inputs(**sizes)
     # A meta model never runs real kernels: compare output shapes with its meta forward instead.
     patches = (mock.patch("torch.compiler.is_compiling", return_value=True),
                mock.patch("torch.compiler.is_exporting", return_value=True)) if meta else ()
@@ -221,7 +237,7 @@ def at_batch_one(prefix: str, exporter: str, ep: Any, built: Any, batch: dict[st
                 stack.enter_context(p)
             expected = built.module(*harness.clone_inputs(args), **harness.clone_inputs(kwargs))
     except Exception as exc:
-        return result(BATCH1_NA, f"eager fails at batch 1: {type(exc).__name__}: {harness.first_line(str(exc))}")
+        return result(BATCH1_NA, f"eager fails at {sizes}: {type(exc).__name__}: {harness.first_line(str(exc))}")
     try:
         module = ep.module()
         with torch.no_grad():
@@ -234,6 +250,31 @@ def at_batch_one(prefix: str, exporter: str, ep: Any, built: Any, batch: dict[st
         return result(BATCH1_OK if not same else BATCH1_WRONG, same)
     ok, diff, reason = harness.compare(expected, actual)
     return result(BATCH1_OK if ok else BATCH1_WRONG, reason, diff)
+
+
+def at_sizes(prefix: str, exporter: str, ep: Any, built: Any, meta: bool) -> dict[str, Any]:
+    """Call the dynamic program at every Dim's smallest size and at the model's other in-range
+    points (`Built.smallest_sizes`, `range_sizes`), each judged against eager like batch 1.
+    The cell counts the points that ran and matched; the first other outcome is kept with its sizes."""
+    keys = (f"{prefix}_sizes", f"{prefix}_sizes_error")
+    points = ([built.smallest_sizes] if built.smallest_sizes else []) + list(built.range_sizes)
+    if not points:
+        return dict(zip(keys, (BATCH1_NA, "no sizes listed")))
+    if ep is None:
+        return dict(zip(keys, (BATCH1_NA, "no dynamic program")))
+    outcomes = [(sizes, judged_call(exporter, ep, built, sizes, meta)) for sizes in points]
+    ok = sum(status == BATCH1_OK for _, (status, _, _) in outcomes)
+    bad = [(sizes, status, error) for sizes, (status, error, _) in outcomes if status != BATCH1_OK]
+    cell = f"{BATCH1_OK} {ok}/{len(points)}"
+    if bad:
+        kinds = sorted({status for _, status, _ in bad})
+        cell += ", " + ", ".join(f"{k} {sum(status == k for _, status, _ in bad)}" for k in kinds)
+    error = "; ".join(f"{_sizes_label(sizes)}: {status}: {error}" for sizes, status, error in bad[:2])
+    return dict(zip(keys, (cell, error)))
+
+
+def _sizes_label(sizes: dict[str, int]) -> str:
+    return ", ".join(f"{k}={v}" for k, v in sizes.items())
 
 
 def _same_shapes(expected: Any, actual: Any) -> str:
@@ -254,19 +295,29 @@ def _ratio(num: float | None, den: float | None) -> float | None:
     return num / den if num is not None and den else None
 
 
-def run_all(names: list[str], timeout: float) -> list[dict[str, Any]]:
+def run_all(names: list[str], timeout: float, keep: Path | None = None) -> list[dict[str, Any]]:
+    """One row per model, each measured in a fresh worker. With `keep`, rows are kept there as
+    MODEL.json and a model whose row is there already is not measured again: a long run can be
+    made in parts (each its own `--models`, run in the background) and then assembled."""
     from tqdm import tqdm
 
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         bar = tqdm(names, unit="model", file=sys.stderr)
         for name in bar:
+            kept = keep / f"{name}.json" if keep is not None else None
+            if kept is not None and kept.exists():
+                rows.append(json.loads(kept.read_text()))
+                continue
             bar.set_description(f"zoo: {name}")
             out = Path(tmp) / f"{name}.json"
             result = harness.run_isolated([sys.executable, __file__, "--worker", name, str(out)], timeout)
             result.setdefault("model", name)
             if result["process"] != OK:
                 bar.write(f"{name}: worker {result['process']}\n{result.get('log_tail', '')[-600:]}")
+            elif kept is not None:
+                kept.parent.mkdir(parents=True, exist_ok=True)
+                kept.write_text(json.dumps(result))
             rows.append(result)
     return rows
 
@@ -313,15 +364,21 @@ def _batch1_cell(row: dict[str, Any], prefix: str) -> str:
     return status
 
 
+def _sizes_cell(row: dict[str, Any], prefix: str) -> str:
+    return row["process"] if row["process"] != OK else str(row.get(f"{prefix}_sizes") or "-")
+
+
 def render_batch_one(rows: list[dict[str, Any]]) -> str:
     """Dynamic programs at batch 1, and what dynamic export costs over static."""
-    header = ["model", "batch dim (range: axes)", "gp dynamic", "gp batch 1", "torch batch 1", "gp valid_from",
+    header = ["model", "batch dim (range: axes)", "gp dynamic", "gp batch 1", "torch batch 1", "gp sizes",
+              "torch sizes", "gp valid_from",
               "gp static export s", "gp dyn export s", "gp dyn / static", "retraces", "torch dyn export s",
               "gp dyn / torch dyn"]
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     for r in rows:
         cells = [r["model"], str(r.get("batch_dim") or "-"), _status(r, "gp_dynamic"), _batch1_cell(r, "gp"),
-                 _batch1_cell(r, "torch"), fmt(r.get("gp_batch_valid_from")), fmt(r.get("gp_export_s")),
+                 _batch1_cell(r, "torch"), _sizes_cell(r, "gp"), _sizes_cell(r, "torch"),
+                 fmt(r.get("gp_batch_valid_from")), fmt(r.get("gp_export_s")),
                  fmt(r.get("gp_dyn_export_s")), fmt(r.get("gp_dyn_over_static")), fmt(r.get("gp_retraces")),
                  fmt(r.get("torch_dyn_export_s")),
                  fmt(_ratio(r.get("gp_dyn_export_s"), r.get("torch_dyn_export_s")))]
@@ -355,10 +412,20 @@ def summary(rows: list[dict[str, Any]]) -> str:
         f"torch.export {med('torch_max_abs_diff')}",
         f"- batch 1 (dynamic program called at batch 1): graphport {_tally(rows, 'gp_batch1')}; "
         f"torch.export {_tally(rows, 'torch_batch1')}",
+        f"- dynamic programs at their smallest sizes and other in-range points, all matching eager: graphport "
+        f"{_all_sizes_ok(rows, 'gp_sizes')}, torch.export {_all_sizes_ok(rows, 'torch_sizes')}",
         f"- median graphport dynamic / static export time: {med('gp_dyn_over_static')} "
         f"(dynamic {med('gp_dyn_export_s')} s, static {med('gp_export_s')} s, torch.export dynamic "
         f"{med('torch_dyn_export_s')} s); median pinned small-size retraces per dynamic export: {med('gp_retraces')}",
     ])
+
+
+def _all_sizes_ok(rows: list[dict[str, Any]], key: str) -> str:
+    listed = [r for r in rows if r["process"] != OK or not str(r.get(key) or BATCH1_NA).startswith(BATCH1_NA)
+              or r.get(key + "_error") == "no dynamic program"]
+    good = sum(1 for r in listed if r["process"] == OK and str(r.get(key, "")).startswith(BATCH1_OK)
+               and not r.get(key + "_error"))
+    return f"{good}/{len(listed)}"
 
 
 def _tally(rows: list[dict[str, Any]], key: str) -> str:
@@ -387,6 +454,10 @@ def failures(rows: list[dict[str, Any]]) -> str:
             if status not in (BATCH1_OK, BATCH1_NA, None):
                 what = f"{who} batch 1: {status}: {r.get(f'{prefix}_batch1_error', '')}"
                 groups.setdefault(what, []).append(r["model"])
+            sizes = r.get(f"{prefix}_sizes")
+            if sizes and not str(sizes).startswith(BATCH1_NA) and r.get(f"{prefix}_sizes_error"):
+                what = f"{who} sizes ({sizes}): {r.get(f'{prefix}_sizes_error')}"
+                groups.setdefault(what, []).append(r["model"])
     lines = [f"- {what} ({', '.join(f'`{m}`' for m in models)})" for what, models in groups.items()]
     return "\n".join(lines) or "- none"
 
@@ -396,7 +467,12 @@ def main() -> None:
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--models", help="comma-separated subset of: " + ",".join(zoo.ALL_MODELS)
-                        + " (default: the main zoo, " + ",".join(zoo.MODELS) + ")")
+                        + " (default: the main zoo, " + ",".join(zoo.MODELS) + "); `families`: "
+                        + ",".join(zoo.FAMILIES) + ", written to the model-zoo-families section")
+    parser.add_argument("--keep", type=Path, help="folder keeping each model's row (MODEL.json); a model with a "
+                        "row there is not measured again, so a run can be made in parts and then assembled")
+    parser.add_argument("--no-write", action="store_true", help="measure (and --keep) only: leave RESULTS.md "
+                        "and the CSV as they are (for the parts of a run made in pieces)")
     parser.add_argument("--timeout", type=float, default=300.0, help="per-model time limit, seconds")
     parser.add_argument("--section", default="model-zoo",
                         help="RESULTS.md section to write (another name keeps the main table; its CSV is "
@@ -408,8 +484,14 @@ def main() -> None:
         name, out = opts.worker
         Path(out).write_text(json.dumps(measure_model(name)))
         return
-    names = opts.models.split(",") if opts.models else list(zoo.MODELS)
-    rows = run_all(names, opts.timeout)
+    if opts.models == "families":
+        names, opts.section = list(zoo.FAMILIES), "model-zoo-families"
+    else:
+        names = opts.models.split(",") if opts.models else list(zoo.MODELS)
+    rows = run_all(names, opts.timeout, opts.keep)
+    if opts.no_write:
+        print(summary(rows))
+        return
     csv_path = CSV_PATH if opts.section == "model-zoo" else CSV_PATH.with_name(f"zoo_results_{opts.section}.csv")
     write_csv(rows, csv_path)
     body = "\n\n".join([
@@ -429,7 +511,10 @@ def main() -> None:
         "have refused); `error` = another failure; `n/a` = no batch Dim or no dynamic program. "
         "`gp valid_from` is `ep.shape_contract` for the batch symbol (`-` = valid over the whole range). "
         "Retraces are graphport's pinned small-size traces (`SmallSizeReport.traces`, read by wrapping "
-        "`graphport.export.prove_small_sizes` from the harness). Export times are single exports, as above.",
+        "`graphport.export.prove_small_sizes` from the harness). Export times are single exports, as above. "
+        "`sizes`: the dynamic program called with every Dim at its smallest and at the model's other listed "
+        "in-range points (`Built.smallest_sizes`, `range_sizes` in bench/zoo.py), each judged as at batch 1; "
+        "`ok k/n` counts those that ran and matched eager.",
         render_batch_one(rows),
         "Summary:\n\n" + summary(rows),
         "Failures:\n\n" + failures(rows),

@@ -33,12 +33,21 @@ class Built:
     sizes: dict[str, int]                        # example sizes (batch 2)
     other_sizes: dict[str, int]                  # another point inside the dynamic ranges
     dynamic_shapes: Callable[[DimMaker], Any]   # Dim factory -> dynamic_shapes spec
+    # where a dynamic program is checked against eager besides the example and `other_sizes`:
+    # every Dim at its smallest, then more points inside the ranges (none: not checked)
+    smallest_sizes: dict[str, int] | None = None
+    range_sizes: tuple[dict[str, int], ...] = ()
 
     def example_inputs(self) -> Inputs:
         return self.make_inputs(**self.sizes)
 
     def other_inputs(self) -> Inputs:
         return self.make_inputs(**self.other_sizes)
+
+    def checked(self, smallest: dict[str, int], *more: dict[str, int]) -> "Built":
+        """This model with the sizes its dynamic program is also checked at."""
+        self.smallest_sizes, self.range_sizes = smallest, more
+        return self
 
 
 @dataclass(frozen=True)
@@ -279,7 +288,14 @@ def swin_v2() -> Built:
     pad every stage by a size-dependent amount (a multiple of 7 patches would make that a branch)."""
     from transformers import Swinv2Config, Swinv2Model
     cfg = Swinv2Config(image_size=IMAGE, patch_size=4, embed_dim=16, depths=[2, 2], num_heads=[2, 2], window_size=7)
-    return _images(Swinv2Model(cfg), dynamic_size=True, size_multiple=32, max_size=192)
+    return _images(Swinv2Model(cfg), dynamic_size=True, size_multiple=32, max_size=192).checked(
+        {"batch": 1, "size": 64}, {"batch": 1, "size": 128}, {"batch": 2, "size": 160}, {"batch": 3, "size": 192})
+
+
+# Image sizes the dynamic ViT-family programs are checked at: the smallest (64 px, the size of
+# their position tables), then sizes whose position grids are interpolated, up to the largest.
+_IMAGE_SIZES = ({"batch": 1, "size": 64}, {"batch": 1, "size": 80}, {"batch": 2, "size": 128},
+                {"batch": 3, "size": 256})
 
 
 @_seeded
@@ -292,7 +308,7 @@ def siglip_vision() -> Built:
     make, spec = built.make_inputs, built.dynamic_shapes
     built.make_inputs = lambda **sizes: ((), {**make(**sizes)[1], "interpolate_pos_encoding": True})
     built.dynamic_shapes = lambda dim: {**spec(dim), "interpolate_pos_encoding": None}
-    return built
+    return built.checked(*_IMAGE_SIZES)
 
 
 @_seeded
@@ -306,7 +322,7 @@ def vit_interpolated() -> Built:
     make, spec = built.make_inputs, built.dynamic_shapes
     built.make_inputs = lambda **sizes: ((), {**make(**sizes)[1], "interpolate_pos_encoding": True})
     built.dynamic_shapes = lambda dim: {**spec(dim), "interpolate_pos_encoding": None}
-    return built
+    return built.checked(*_IMAGE_SIZES)
 
 
 @_seeded
@@ -315,7 +331,7 @@ def dinov2() -> Built:
     from transformers import Dinov2Config, Dinov2Model
     cfg = Dinov2Config(hidden_size=HIDDEN, intermediate_size=FFN, num_hidden_layers=LAYERS, num_attention_heads=HEADS,
                        image_size=IMAGE, patch_size=16)
-    return _images(Dinov2Model(cfg), dynamic_size=True, size_multiple=16, other_size=96)
+    return _images(Dinov2Model(cfg), dynamic_size=True, size_multiple=16, other_size=96).checked(*_IMAGE_SIZES)
 
 
 @_seeded
@@ -324,7 +340,86 @@ def mamba2() -> Built:
     from transformers import Mamba2Config, Mamba2Model
     cfg = Mamba2Config(vocab_size=VOCAB, hidden_size=HIDDEN, num_hidden_layers=LAYERS, num_heads=4, head_dim=32,
                        state_size=16, n_groups=1, chunk_size=16, expand=2, use_cache=False)
-    return _text(Mamba2Model(cfg), with_mask=False)
+    return _text(Mamba2Model(cfg), with_mask=False).checked(
+        {"batch": 1, "seq": 2}, {"batch": 1, "seq": 16}, {"batch": 1, "seq": 17}, {"batch": 2, "seq": 33},
+        {"batch": 3, "seq": 128})
+
+
+@_seeded
+def mamba() -> Built:
+    """Mamba (v1): a selective scan over the sequence, step by step in its reference path."""
+    from transformers import MambaConfig, MambaModel
+    cfg = MambaConfig(vocab_size=VOCAB, hidden_size=HIDDEN, num_hidden_layers=LAYERS, state_size=8, expand=2,
+                      conv_kernel=4, use_cache=False)
+    return _text(MambaModel(cfg), with_mask=False, max_seq=64).checked(
+        {"batch": 1, "seq": 2}, {"batch": 1, "seq": 33}, {"batch": 4, "seq": 64})
+
+
+@_seeded
+def llava() -> Built:
+    """LLaVA: a CLIP vision tower whose patch features replace the image tokens of a LLaMA prompt.
+    The prompt length and the batch are dynamic; each prompt holds one image's tokens."""
+    from transformers import CLIPVisionConfig, LlavaConfig, LlavaForConditionalGeneration
+    vision = CLIPVisionConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=2,
+                              image_size=32, patch_size=16, projection_dim=32)
+    image_token = VOCAB - 1
+    cfg = LlavaConfig(vision_config=vision, text_config=_llama_config(), image_token_id=image_token,
+                      vision_feature_select_strategy="default", vision_feature_layer=-1)
+    image_tokens = (32 // 16) ** 2
+
+    def make(batch: int, seq: int) -> Inputs:
+        ids = torch.randint(0, image_token, (batch, seq))
+        ids[:, 1:1 + image_tokens] = image_token
+        return (), {"input_ids": ids, "attention_mask": torch.ones(batch, seq, dtype=torch.long),
+                    "pixel_values": torch.randn(batch, 3, 32, 32)}
+
+    def spec(dim: DimMaker) -> Any:
+        batch, seq = dim("batch", min=1, max=8), dim("seq", min=image_tokens + 2, max=64)
+        return {"input_ids": {0: batch, 1: seq}, "attention_mask": {0: batch, 1: seq}, "pixel_values": {0: batch}}
+
+    model = LlavaForConditionalGeneration(cfg)
+    return Built(model, make, {"batch": 2, "seq": 12}, {"batch": 3, "seq": 20}, spec).checked(
+        {"batch": 1, "seq": image_tokens + 2}, {"batch": 4, "seq": 64})
+
+
+@_seeded
+def longt5() -> Built:
+    """LongT5 with local attention: the encoder works on blocks of its input length."""
+    from transformers import LongT5Config, LongT5Model
+    cfg = LongT5Config(vocab_size=VOCAB, d_model=HIDDEN, d_kv=16, d_ff=FFN, num_layers=LAYERS,
+                       num_decoder_layers=LAYERS, num_heads=HEADS, local_radius=4, global_block_size=4,
+                       encoder_attention_type="local", use_cache=False)
+
+    def make(batch: int, seq: int, dec: int) -> Inputs:
+        # the attention mask is given: under export, LongT5's encoder does not make its own
+        return (), {"input_ids": _ids(batch, seq), "attention_mask": torch.ones(batch, seq, dtype=torch.long),
+                    "decoder_input_ids": _ids(batch, dec)}
+
+    def spec(dim: DimMaker) -> Any:
+        b, seq = dim("batch", min=1, max=16), dim("seq", min=2, max=128)
+        return {"input_ids": {0: b, 1: seq}, "attention_mask": {0: b, 1: seq},
+                "decoder_input_ids": {0: b, 1: dim("dec_seq", min=2, max=64)}}
+
+    return Built(LongT5Model(cfg), make, {"batch": 2, "seq": 16, "dec": 8}, {"batch": 3, "seq": 21, "dec": 5},
+                 spec).checked({"batch": 1, "seq": 2, "dec": 2}, {"batch": 2, "seq": 128, "dec": 64})
+
+
+@_seeded
+def encodec() -> Built:
+    """EnCodec: a convolutional codec with a residual vector quantizer, on a dynamic number of samples."""
+    from transformers import EncodecConfig, EncodecModel
+    cfg = EncodecConfig(hidden_size=32, num_filters=8, upsampling_ratios=[4, 2], codebook_size=64, codebook_dim=32,
+                        num_lstm_layers=1, target_bandwidths=[24.0], sampling_rate=8000)
+    stride = 8   # the product of upsampling_ratios: one code frame per 8 samples
+
+    def make(batch: int, frames: int) -> Inputs:
+        return (torch.randn(batch, 1, stride * frames),), {}
+
+    def spec(dim: DimMaker) -> Any:
+        return ({0: dim("batch", min=1, max=8), 2: stride * dim("frames", min=4, max=256)},)
+
+    return Built(EncodecModel(cfg), make, {"batch": 2, "frames": 32}, {"batch": 3, "frames": 50}, spec).checked(
+        {"batch": 1, "frames": 4}, {"batch": 2, "frames": 256})
 
 
 def _diffusers_unet_model() -> nn.Module:
@@ -347,7 +442,8 @@ def sd_unet() -> Built:
         batch, side = dim("batch", min=1, max=16), dim("side", min=1, max=16)
         return ({0: batch, 2: 4 * side, 3: 4 * side}, {0: batch}, {0: batch})
 
-    return Built(_diffusers_unet_model(), make, {"batch": 2, "side": 2}, {"batch": 3, "side": 3}, spec)
+    return Built(_diffusers_unet_model(), make, {"batch": 2, "side": 2}, {"batch": 3, "side": 3}, spec).checked(
+        {"batch": 1, "side": 1}, {"batch": 1, "side": 4}, {"batch": 4, "side": 5}, {"batch": 2, "side": 16})
 
 
 @_seeded
@@ -365,7 +461,8 @@ def sd_vae() -> Built:
         side = dim("side", min=1, max=16)
         return ({0: dim("batch", min=1, max=16), 2: 8 * side, 3: 8 * side},)
 
-    return Built(model, make, {"batch": 2, "side": 2}, {"batch": 3, "side": 3}, spec)
+    return Built(model, make, {"batch": 2, "side": 2}, {"batch": 3, "side": 3}, spec).checked(
+        {"batch": 1, "side": 1}, {"batch": 1, "side": 5}, {"batch": 4, "side": 7}, {"batch": 2, "side": 16})
 
 
 @_seeded
@@ -385,7 +482,8 @@ def sd3_transformer() -> Built:
         batch, side = dim("batch", min=1, max=16), dim("side", min=1, max=8)
         return ({0: batch, 2: 4 * side, 3: 4 * side}, {0: batch}, {0: batch}, {0: batch})
 
-    return Built(model, make, {"batch": 2, "side": 2}, {"batch": 3, "side": 3}, spec)
+    return Built(model, make, {"batch": 2, "side": 2}, {"batch": 3, "side": 3}, spec).checked(
+        {"batch": 1, "side": 1}, {"batch": 1, "side": 5}, {"batch": 4, "side": 7}, {"batch": 2, "side": 8})
 
 
 @_seeded
@@ -403,7 +501,7 @@ def dit() -> Built:
         batch = dim("batch", min=1, max=16)
         return ({0: batch}, {0: batch}, {0: batch})
 
-    return Built(model, make, {"batch": 2}, {"batch": 3}, spec)
+    return Built(model, make, {"batch": 2}, {"batch": 3}, spec).checked({"batch": 1}, {"batch": 7}, {"batch": 16})
 
 
 class SequenceClassifier(nn.Module):
@@ -510,6 +608,10 @@ FAMILIES: dict[str, ZooModel] = {m.name: m for m in [
     ZooModel("dinov2", "vision", dinov2),
     ZooModel("vit_interpolated", "vision", vit_interpolated),
     ZooModel("mamba2", "state-space", mamba2),
+    ZooModel("mamba", "state-space", mamba),
+    ZooModel("llava", "multimodal", llava),
+    ZooModel("longt5", "text", longt5),
+    ZooModel("encodec", "audio", encodec),
 ]}
 ALL_MODELS: dict[str, ZooModel] = {**MODELS, **FAMILIES}
 

@@ -23,8 +23,9 @@ def test_a_call_eager_rejects_is_said_to_fail_in_eager():
 
 
 def test_a_call_eager_runs_is_not_said_to_fail_in_eager():
-    """Mamba-2's chunked scan: einsum over a padded sequence is viewable in eager at the example
-    (one chunk), but graphport's symbolic strides do not show it over the range."""
+    """Mamba-2's chunked scan: einsum over a padded sequence reshapes an operand that is viewable
+    in eager at the example (one chunk) only; the call must never be said to fail in eager (it
+    exports: the reshape is a view-or-copy choice, tests/soundness/test_unobserved_view_or_copy.py)."""
     torch.manual_seed(0)
     cfg = tf.Mamba2Config(vocab_size=100, hidden_size=32, num_hidden_layers=1, num_heads=4, head_dim=16,
                           state_size=8, n_groups=1, chunk_size=256, expand=2, use_cache=False)

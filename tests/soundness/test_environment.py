@@ -273,6 +273,35 @@ def test_export_leaves_the_model_as_it_found_it(fail):
         torch.testing.assert_close(dict(ep.module().named_buffers())["count"], eager.count)
 
 
+class HooksOnFirstCall(nn.Module):
+    """Registers a forward hook on its child on the first call and sets a flag saying so (as
+    transformers' output capturing does); the hook records the child's outputs."""
+
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(3, 3)
+
+    def forward(self, x):
+        if not getattr(self, "_hooked", False):
+            self.lin.register_forward_hook(lambda mod, args, out: self.seen.append(out))
+            self._hooked = True
+        self.seen = []
+        y = self.lin(x)
+        return y + len(self.seen)
+
+
+def test_hooks_a_forward_registers_are_removed_with_its_flag():
+    """Export restores the flag, so it must remove the hook too: else the next eager call
+    registers it again and every output is recorded twice."""
+    m = HooksOnFirstCall()
+    x = torch.randn(4, 3)
+    gp.export(m, (x,))
+    assert not m.lin._forward_hooks
+    fresh = HooksOnFirstCall()
+    fresh.load_state_dict(m.state_dict())
+    torch.testing.assert_close(m(x), fresh(x))
+
+
 # ------------------------------------------------------------------ torch.cond spellings
 
 def _cond_torch(x):

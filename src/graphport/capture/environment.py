@@ -17,6 +17,7 @@ the same thread) nests and restores in order.
 from __future__ import annotations
 
 import builtins
+import collections
 import contextlib
 import copy
 import functools
@@ -209,13 +210,16 @@ class ModuleSnapshot:
 
     forward may change them (`self.calls += 1`, `self.cache.append(x)`); export must leave
     the model exactly as it found it. Lists, dicts and sets are restored in place, so
-    objects the user holds keep their identity."""
+    objects the user holds keep their identity; so are ordered dicts, which hold a module's
+    hooks: a forward that registers hooks on its first call and sets a flag saying so
+    (transformers' output capturing) must find neither after export, or its next call
+    registers them a second time."""
 
     def __init__(self, root: torch.nn.Module):
         self.saved = []
         for _, mod in root.named_modules(remove_duplicate=True):
             attrs = dict(vars(mod))
-            containers = {k: copy.copy(v) for k, v in attrs.items() if type(v) in (list, dict, set)}
+            containers = {k: copy.copy(v) for k, v in attrs.items() if type(v) in _CONTAINERS}
             self.saved.append((mod, attrs, containers))
 
     def restore(self) -> None:
@@ -231,6 +235,7 @@ class ModuleSnapshot:
 
 
 _MISSING = object()
+_CONTAINERS = (list, dict, set, collections.OrderedDict)
 
 
 def _restore_container(target, saved) -> None:

@@ -7,6 +7,7 @@ variant and the written tensors are rebound to the new values.
 """
 from __future__ import annotations
 
+import contextlib
 from typing import Any
 
 import torch
@@ -36,6 +37,7 @@ from .custom_objects import is_custom_object
 from .effects import orders as effects_order
 from .rules import HIGHER_ORDER, SPECIAL
 from .tracer import META, TracerTensor, data_dependent
+from ..shapes.env import ChoiceUndecided
 
 aten = torch.ops.aten
 pytree = _torch.pytree
@@ -94,6 +96,8 @@ class CaptureMode(_torch.TorchDispatchMode):
         if self.policy.keep(func):
             return self.call_kept_composite(func, args, kwargs)
         decomposition = self.policy.decomposition(func)
+        if func in _CHOOSES_VIEW_OR_COPY and decomposition is not None and self._outside_choice():
+            return self.inner_view_or_copy(func, decomposition, args, kwargs)
         if decomposition is not None:
             out = self.run_decomposition(func, decomposition, args, kwargs)
             if out is not NotImplemented:
@@ -104,6 +108,61 @@ class CaptureMode(_torch.TorchDispatchMode):
         if info.kind is Kind.VIEW:
             return self.call(func, args, kwargs, view=True)
         return self.mutate(func, info, args, kwargs)
+
+    def _outside_choice(self) -> bool:
+        """No view-or-copy call of the program's own (torch_fn.py) is running: a reshape met
+        now was made by an operator's decomposition."""
+        return self.rec.sizes is not None and self.rec.sizes.env.undecided is None
+
+    def inner_view_or_copy(self, func, decomposition, args, kwargs):
+        """A reshape that an operator's decomposition makes (einsum reshapes its permuted
+        operands for `bmm`), treated as the program's own reshape is (torch_fn.py): torch's
+        kernel asks whether the strides allow a view, and where the ranges do not settle that
+        (a dimension that folds away at size 1 only), the answer must not become a guard at the
+        example's value, nor a view that only holds there. Eager's values are the same either
+        way: the reshape is made on a contiguous copy. Where the decomposition is recorded (its
+        results are the program's), a later write into the result or its source, the one thing
+        that could tell the two apart, is refused; where it only works out a kept operator's
+        metadata, its tensors are thrown away and no write can reach them."""
+        source = args[0]
+        observable = self._recorded_scope()
+        try:
+            with self._choice(source, observable, copy_if_undecided=True) as result:
+                result.append(self.run_decomposition(func, decomposition, args, kwargs))
+            return result[0]
+        except ChoiceUndecided as undecided:
+            with self:
+                copy = source.clone(memory_format=torch.contiguous_format)
+            with self._choice(copy, observable) as result:
+                result.append(self.run_decomposition(func, decomposition, (copy, *args[1:]), kwargs))
+            if observable:
+                self.rec.unsettled_choice(source, result[0], undecided.question)
+            return result[0]
+
+    def _recorded_scope(self) -> bool:
+        """Whether what runs now is recorded into the program (not only worked out for metadata)."""
+        scope = self.rec.scope
+        while scope is not None:
+            if not scope.recording:
+                return False
+            scope = scope.parent
+        return True
+
+    @contextlib.contextmanager
+    def _choice(self, source, observable: bool, copy_if_undecided: bool = False):
+        """A view-or-copy choice: the recorder's (remembering what a write could tell apart) where
+        `observable`, else only the environment's answer to undecided questions."""
+        if observable:
+            with self.rec.view_or_copy(source, copy_if_undecided=copy_if_undecided) as result:
+                yield result
+            return
+        env = self.rec.sizes.env
+        outer = env.undecided, env.copy_if_undecided
+        env.undecided, env.copy_if_undecided = [], copy_if_undecided
+        try:
+            yield []
+        finally:
+            env.undecided, env.copy_if_undecided = outer
 
     def concrete_sizes(self, values: list):
         """Sizes for a C++ kernel that needs ints: symbolic ones are specialized when allowed."""
@@ -509,6 +568,9 @@ class CaptureMode(_torch.TorchDispatchMode):
 # Composite ops whose kernel (and so output layout) depends on which inputs require grad:
 # CPU attention takes the math kernel when the mask does (capture/grad.py).
 _CHOOSES_KERNEL_BY_GRAD = frozenset({torch.ops.aten.scaled_dot_product_attention.default})
+
+# Composite ops returning a view of their input or a copy depending on its strides.
+_CHOOSES_VIEW_OR_COPY = frozenset({aten.reshape.default})
 
 _DATA_DEPENDENT = data_dependent_rules()   # .item(), nonzero, ... (capture/data_dependent.py)
 
