@@ -662,3 +662,34 @@ def _factor(expr: sympy.Expr) -> sympy.Expr:
 def decide(rel: sympy.Basic, ranges: dict[sympy.Symbol, ValueRange]) -> bool | None:
     """True/False if the ranges settle the relation `rel`, else None."""
     return _reasoner(ranges).decide(rel)
+
+
+def same_value(a: sympy.Expr, b: sympy.Expr) -> bool:
+    """Whether two size expressions are equal at every value of their symbols, read through
+    the normal forms alone (no ranges, no question asked): their difference expands to 0,
+    or does once every exact division is a quotient. A size padded to a multiple of 7 and
+    its window count times 7 (`h + Mod(-h, 7)` and `7*((h + Mod(-h, 7))//7)`) are the same
+    size: a row-major layout or a view written with one and checked with the other is one."""
+    if a == b:
+        return True
+    diff = sympy.expand(a - b)
+    if diff == 0:
+        return True
+    exact = _without_exact_divisions(diff)
+    return exact is not None and exact == 0
+
+
+def exact_ratio(a: sympy.Expr, b: sympy.Expr) -> sympy.Expr | None:
+    """`a / b` as a size expression (integer coefficients; divisions and moduli as atoms) when
+    `b` divides `a` at every value of their symbols, read through the normal forms: the
+    polynomial quotient, or the quotient once every exact division in either is written as
+    one (`196*n*((hp)//(7))*((wp)//(7))` over `4*hp*wp` is `n`, for `hp = h + Mod(-h, 7)`).
+    None when no such form shows it (a quotient with fractional coefficients included)."""
+    quotient = _exact_quotient(a, b)
+    if quotient is not None:
+        return quotient
+    a_exact = _without_exact_divisions(sympy.expand(a))
+    b_exact = _without_exact_divisions(sympy.expand(b))
+    if a_exact is None and b_exact is None:
+        return None
+    return _polynomial_quotient(a if a_exact is None else a_exact, b if b_exact is None else b_exact)
