@@ -102,3 +102,32 @@ def test_window_partition_against_torch_export():
         with torch.no_grad():
             torch.testing.assert_close(ours(x), theirs(x), atol=1e-5, rtol=1e-5)
             torch.testing.assert_close(ours(x), model(x), atol=1e-5, rtol=1e-5)
+
+
+def _swin(version: str, depths):
+    transformers = pytest.importorskip("transformers")
+    config_class, model_class = {"v1": ("SwinConfig", "SwinModel"), "v2": ("Swinv2Config", "Swinv2Model")}[version]
+    config = getattr(transformers, config_class)(image_size=64, patch_size=4, embed_dim=16, depths=depths,
+                                                 num_heads=[1] * len(depths), window_size=WINDOW)
+    torch.manual_seed(0)
+    return getattr(transformers, model_class)(config).eval()
+
+
+def _swin_matches_eager(model, example, spec, sizes):
+    ep = gp.export(model, (), {"pixel_values": example}, dynamic_shapes=spec)
+    module = ep.module()
+    for size in sizes:
+        assert_matches_eager(ep, model, (), {"pixel_values": torch.randn(*size)}, what=f"at {size}", module=module)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("version", ["v1", "v2"])
+def test_swin_with_dynamic_batch_and_image_size_matches_eager(version):
+    """transformers' Swin (the window mask built on the padded side, made contiguous and
+    viewed, in every block) with the batch and the image size dynamic: image sides of 8-pixel
+    steps, so both stages pad to their 7-wide windows, and the smallest stage map is 8x8."""
+    model = _swin(version, [2, 2])
+    spec = {"pixel_values": {0: gp.Dim("b", min=1, max=3), 2: 8 * gp.Dim("h", min=8, max=24),
+                             3: 8 * gp.Dim("w", min=8, max=24)}}
+    _swin_matches_eager(model, torch.randn(2, 3, 64, 96), spec,
+                        [(2, 3, 64, 96), (1, 3, 64, 64), (3, 3, 192, 120), (1, 3, 104, 184)])
