@@ -73,14 +73,20 @@ class Splitting:
     side it was asked on and stops the capture (a question the program catches is still
     remembered, so the capture is made again either way)."""
 
-    def __init__(self, tree: QuestionTree):
+    def __init__(self, tree: QuestionTree, either_side: frozenset = frozenset()):
         self.tree = tree
+        self.either_side = either_side   # questions whose two sides compute the same values
         self.path: tuple[bool, ...] = ()
         self.request: tuple | None = None
 
-    def undecided(self, rel: sympy.Basic, location: SourceLocation | None) -> None:
-        if self.tree.questions() >= MAX_QUESTIONS:
-            return
+    def undecided(self, rel: sympy.Basic, location: SourceLocation | None) -> bool:
+        """True when `rel` is one of `either_side` (the caller answers it from the example,
+        without a guard); False when the split budget is spent (the caller guards it);
+        otherwise the question is remembered and BranchUndecided raised."""
+        if rel in self.either_side:
+            return True
+        if self.tree.questions() + len(self.either_side) >= MAX_QUESTIONS:
+            return False
         if self.request is None:
             self.request = (self.path, rel, location)
         raise BranchUndecided(rel, location)
