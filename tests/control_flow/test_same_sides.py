@@ -132,3 +132,29 @@ def test_same_computation_compares_output_strides():
         return torch.fx.GraphModule(torch.nn.Module(), graph)
     assert not same_computation(side(True), side(False))
     assert same_computation(side(True), side(True))
+
+
+@pytest.mark.slow
+def test_diffusers_unet_with_a_batch_crossing_64_has_one_graph():
+    """diffusers' UNet2DConditionModel (tiny config, random weights) with the batch dynamic
+    across its upsampler's `shape[0] >= 64` copy: no cond, and eager's answers on both sides."""
+    diffusers = pytest.importorskip("diffusers")
+    torch.manual_seed(0)
+    model = diffusers.UNet2DConditionModel(
+        sample_size=8, in_channels=4, out_channels=4, layers_per_block=1, block_out_channels=(8, 16),
+        down_block_types=("CrossAttnDownBlock2D", "DownBlock2D"), up_block_types=("UpBlock2D", "CrossAttnUpBlock2D"),
+        cross_attention_dim=8, attention_head_dim=2, norm_num_groups=4).eval()
+
+    def inputs(batch):
+        return torch.randn(batch, 4, 8, 8), torch.tensor(3), torch.randn(batch, 5, 8)
+    batch = gp.Dim("b", min=1, max=80)
+    ep = gp.export(model, inputs(2), dynamic_shapes={"sample": {0: batch}, "timestep": None,
+                                                     "encoder_hidden_states": {0: batch}})
+    assert _conds(ep) == 0
+    module = ep.module()
+    for size in (1, 2, 63, 64, 80):
+        args = inputs(size)
+        with torch.no_grad():
+            want, got = model(*args).sample, module(*args).sample
+        torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+        assert got.stride() == want.stride()

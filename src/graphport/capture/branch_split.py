@@ -21,7 +21,9 @@ inside a side are refused there (a cond's branches are functional).
 What it costs: every question split adds one side to trace, and the capture is made
 again from the start for each new question, so the number of questions split per export
 is bounded (MAX_QUESTIONS); past it, the question is a guard as before and export refuses
-it with its usual error.
+it with its usual error. A question whose sides were shown to compute the same values
+(split_export.py) is answered from the example instead, unguarded (`Splitting.either_side`),
+and counts toward the same bound.
 """
 from __future__ import annotations
 
