@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 
 from graphport.capture.view_meta import _row_major, view_meta
 from graphport.shapes.env import ShapeEnv
-from graphport.shapes.expr import FloorDiv, Mod, ValueRange, exact_ratio, same_value
+from graphport.shapes.expr import FloorDiv, Mod, ValueRange, bounds, decide, exact_ratio, same_value
 from graphport.shapes.node import symint
 
 aten = torch.ops.aten
@@ -185,3 +185,24 @@ def test_exact_ratio_is_exact_or_nothing():
     assert exact_ratio(196 * n * FloorDiv(hp, 7) ** 2, 4 * hp ** 2) == n
     assert exact_ratio(196 * n * FloorDiv(hp, 7), 12 * hp) is None   # 7*n/3: not integral
     assert exact_ratio(n * FloorDiv(h, 7), h) is None                  # h // 7 is not h / 7
+
+
+@SETTINGS
+@given(k=st.integers(2, 8), scale=st.integers(1, 3), offset=st.integers(-9, 9), lower=st.integers(0, 5),
+       width=st.integers(0, 12))
+def test_bounds_of_padded_sizes_hold_and_are_reached(k, scale, offset, lower, width):
+    """A sum whose remainder by k the normal form fixes (a side padded to a multiple of k, plus
+    a constant) is bounded within its residue class: every bound claimed holds at every size."""
+    h = sympy.Symbol("h", integer=True, nonnegative=True)
+    expr = scale * h + Mod(-scale * h, k) + offset
+    ranges = {h: ValueRange(lower, lower + width)}
+    lo, hi = bounds(expr, ranges)
+    values = [_value(expr, {h: n}) for n in range(lower, lower + width + 1)]
+    assert lo <= min(values) and max(values) <= hi
+
+
+def test_padded_side_less_its_window_is_not_negative():
+    h, w = sympy.symbols("h w", integer=True, nonnegative=True)
+    ranges = {h: ValueRange(1, 40), w: ValueRange(1, 40)}
+    slice_extent = 4 * w + (w + Mod(-w, 7)) * (h + Mod(-h, 7) - 7) + 4 * Mod(-w, 7)
+    assert decide(sympy.Ge(slice_extent, 0), ranges) is True   # a mask sliced [0:-7] on the padded side

@@ -269,7 +269,7 @@ class _Reasoner:
             for arg in expr.args:
                 a, b = self.bounds(arg)
                 lo, hi = _add(lo, a), _add(hi, b)
-            return lo, hi
+            return _within_residue(expr, lo, hi)
         if expr.is_Mul:
             lo = hi = 1
             for arg in expr.args:
@@ -662,6 +662,22 @@ def _factor(expr: sympy.Expr) -> sympy.Expr:
 def decide(rel: sympy.Basic, ranges: dict[sympy.Symbol, ValueRange]) -> bool | None:
     """True/False if the ranges settle the relation `rel`, else None."""
     return _reasoner(ranges).decide(rel)
+
+
+def _within_residue(expr: sympy.Expr, lo, hi) -> tuple:
+    """Bounds of a sum tightened to the values it can take modulo k, where the normal form
+    fixes its remainder by k (k the modulus of a Mod inside it): a side padded to a multiple of
+    7 (`h + Mod(-h, 7)`) with h >= 1 is at least 7, and that side less 8 at least -1."""
+    for k in {int(m.args[1]) for m in expr.atoms(Mod) if m.args[1].is_Integer and int(m.args[1]) > 1}:
+        remainder = Mod(expr, k)
+        if not remainder.is_Integer:
+            continue
+        r = int(remainder)
+        if lo not in (-_INF, _INF) and lo == int(lo):
+            lo = int(lo) + (r - int(lo)) % k
+        if hi not in (-_INF, _INF) and hi == int(hi):
+            hi = int(hi) - (int(hi) - r) % k
+    return lo, hi
 
 
 def same_value(a: sympy.Expr, b: sympy.Expr) -> bool:
