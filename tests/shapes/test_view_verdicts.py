@@ -206,3 +206,24 @@ def test_padded_side_less_its_window_is_not_negative():
     ranges = {h: ValueRange(1, 40), w: ValueRange(1, 40)}
     slice_extent = 4 * w + (w + Mod(-w, 7)) * (h + Mod(-h, 7) - 7) + 4 * Mod(-w, 7)
     assert decide(sympy.Ge(slice_extent, 0), ranges) is True   # a mask sliced [0:-7] on the padded side
+    last_row = w + (w + Mod(-w, 7)) * (h + Mod(-h, 7) - 8) + Mod(-w, 7)   # wp*(hp - 7), multiplied out
+    assert decide(sympy.Ge(last_row, 0), ranges) is True
+
+
+@SETTINGS
+@given(k=st.integers(2, 7), c=st.lists(st.integers(-8, 8), min_size=4, max_size=4), lower=st.integers(0, 3),
+       op=st.sampled_from([sympy.Ge, sympy.Gt, sympy.Eq, sympy.Ne]))
+def test_verdicts_on_padded_sides_hold_at_every_size(k, c, lower, op):
+    """Relations over padded sides multiplied out (`x + Mod(-x, k)` split across terms): every
+    verdict the engine claims holds at every size of the ranges."""
+    h, w = sympy.symbols("h w", integer=True, nonnegative=True)
+    hp, wp = h + Mod(-h, k), w + Mod(-w, k)
+    expr = sympy.expand(c[0] * wp * (hp + c[1]) + c[2] * wp + c[3] * w)
+    rel = op(expr, 0)
+    ranges = {h: ValueRange(lower, lower + 10), w: ValueRange(lower, lower + 10)}
+    verdict = decide(rel, ranges)
+    if verdict is None:
+        return
+    for a in range(lower, lower + 11):
+        for b in range(lower, lower + 11):
+            assert bool(rel.xreplace({h: sympy.Integer(a), w: sympy.Integer(b)})) is verdict, (rel, a, b)

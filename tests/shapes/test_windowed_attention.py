@@ -2,7 +2,8 @@
 
 The feature map is padded up to a multiple of the window (`h + Mod(-h, 7)`), cut into
 windows by a view, permuted, made contiguous and viewed again; the reverse does the same
-the other way. Whether those views are legal, and what their `-1` is, must be read through
+the other way; the shifted block's mask numbers regions by slice assignment on the padded
+map (`[0:-7]`, empty when one window covers it). Whether those views are legal, and what their `-1` is, must be read through
 the shape algebra's normal forms (the padded side is 7 times its window count), for every
 size in the range, including sizes where one window covers the map: the export must not
 guard on it, and must answer like eager there.
@@ -40,6 +41,17 @@ class ShiftedWindowBlock(nn.Module):
         self.qkv = nn.Linear(channels, 3 * channels)
         self.proj = nn.Linear(channels, channels)
 
+    def _mask(self, hp, wp, dtype):
+        """Swin's attention mask for shifted windows: regions numbered by slice assignment on the
+        padded map (`[0:-7]` is empty when one window covers it), then cut into windows."""
+        regions = torch.zeros((1, hp, wp, 1), dtype=dtype)
+        slices = (slice(0, -WINDOW), slice(-WINDOW, -self.shift), slice(-self.shift, None))
+        for i, (rows, cols) in enumerate((r, c) for r in slices for c in slices):
+            regions[:, rows, cols, :] = i
+        windows = _partition(regions, WINDOW).view(-1, WINDOW * WINDOW)
+        differ = windows.unsqueeze(1) - windows.unsqueeze(2)
+        return differ.masked_fill(differ != 0, -100.0).masked_fill(differ == 0, 0.0)
+
     def forward(self, x):
         b, h, w, c = x.shape
         x = F.pad(x, (0, 0, 0, (WINDOW - w % WINDOW) % WINDOW, 0, (WINDOW - h % WINDOW) % WINDOW))
@@ -48,7 +60,10 @@ class ShiftedWindowBlock(nn.Module):
             x = torch.roll(x, (-self.shift, -self.shift), (1, 2))
         windows = _partition(x, WINDOW).view(-1, WINDOW * WINDOW, c)
         q, k, v = self.qkv(windows).chunk(3, dim=-1)
-        attended = torch.softmax(q @ k.transpose(1, 2) / c ** 0.5, -1) @ v
+        scores = q @ k.transpose(1, 2) / c ** 0.5
+        if self.shift:
+            scores = scores + self._mask(hp, wp, x.dtype).repeat(b, 1, 1)
+        attended = torch.softmax(scores, -1) @ v
         out = _reverse(self.proj(attended).view(-1, WINDOW, WINDOW, c), WINDOW, hp, wp)
         if self.shift:
             out = torch.roll(out, (self.shift, self.shift), (1, 2))

@@ -248,6 +248,7 @@ class _Reasoner:
         self._bounds: dict = {}
         self._refined: dict = {}
         self._signs: dict = {}
+        self._pads: dict = {}   # a padded side -> the atom standing for it (_with_padded_sides)
 
     def size(self) -> int:
         return len(self._bounds) + len(self._refined) + len(self._signs)
@@ -346,6 +347,12 @@ class _Reasoner:
             lo, hi = _max(lo, e_lo), _min(hi, e_hi)
             if _settled(lo, hi):
                 return lo, hi
+        padded = self._with_padded_sides(diff)
+        if padded is not None:   # w + (w + Mod(-w, 7))*(hp - 8) + Mod(-w, 7) is wp*(hp - 7)
+            p_lo, p_hi = self.sign_bounds(padded)
+            lo, hi = _max(lo, p_lo), _min(hi, p_hi)
+            if _settled(lo, hi):
+                return lo, hi
         floor_terms = [t for t in diff.args if isinstance(t, FloorDiv) or (
             t.is_Mul and any(isinstance(f, FloorDiv) for f in t.args))]
         paired = self._paired_floor_bounds(diff, floor_terms)
@@ -380,6 +387,25 @@ class _Reasoner:
                 f_lo, f_hi = _product_bounds(f_lo, f_hi, a, b)
             lo, hi = _max(lo, f_lo), _min(hi, f_hi)
         return lo, hi
+
+    def _with_padded_sides(self, diff: sympy.Expr) -> sympy.Expr | None:
+        """`diff` expanded with each padding `Mod(-x, k)` of a symbol x written as `P - x`, P an
+        atom standing for the padded side `x + Mod(-x, k)` with that side's bounds (a multiple
+        of k): the same value, in which the terms of a padded side multiplied out apart cancel
+        and factor again. None when `diff` pads no symbol."""
+        mods = [m for m in diff.atoms(Mod) if m.args[1].is_Integer and (-m.args[0]).is_Symbol]
+        if not mods:
+            return None
+        pads = self._pads
+        replaced = {}
+        for mod in mods:
+            side = -mod.args[0] + mod
+            atom = pads.get(side)
+            if atom is None:
+                atom = pads[side] = sympy.Dummy("padded", integer=True)
+                self.ranges[atom] = self.bounds(side)
+            replaced[mod] = atom + mod.args[0]
+        return sympy.expand(diff.xreplace(replaced))
 
     def _paired_floor_bounds(self, diff: sympy.Expr, floor_terms: list) -> tuple | None:
         """Bounds of `c*(a//k) - c*(b//k) + rest`: a//k - b//k lies between
