@@ -102,7 +102,9 @@ def test_window_partition_exports_and_matches_eager_at_every_size():
 @pytest.mark.slow
 def test_window_partition_against_torch_export():
     """torch.export exports window multiples only (on any other range it guards that the padded
-    side divides by its window count); there both programs answer every size alike."""
+    side divides by its window count), and its program refuses some of those sizes at call time
+    (one window, batch 1); where it answers, both programs answer alike, and ours answers
+    like eager everywhere."""
     torch.manual_seed(0)
     model = TwoBlocks().eval()
     example = (torch.randn(2, 14, 21, 4),)
@@ -112,11 +114,18 @@ def test_window_partition_against_torch_export():
                       2: WINDOW * api.Dim("w", min=1, max=4)}}
     ours = gp.export(model, example, dynamic_shapes=multiples(gp)).module()
     theirs = torch_export(model, example, dynamic_shapes=multiples(torch.export)).module()
-    for size in [(2, 14, 21), (1, 7, 7), (4, 28, 28), (3, 21, 7)]:
+    answered = 0
+    for size in [(2, 14, 21), (1, 14, 14), (4, 28, 28), (3, 21, 14), (1, 7, 7), (2, 7, 28)]:
         x = torch.randn(*size, 4)
         with torch.no_grad():
-            torch.testing.assert_close(ours(x), theirs(x), atol=1e-5, rtol=1e-5)
             torch.testing.assert_close(ours(x), model(x), atol=1e-5, rtol=1e-5)
+            try:
+                reference = theirs(x)
+            except AssertionError:   # a guard of torch.export's program refuses this size
+                continue
+            torch.testing.assert_close(ours(x), reference, atol=1e-5, rtol=1e-5)
+            answered += 1
+    assert answered >= 2
 
 
 def _swin(version: str, depths):
