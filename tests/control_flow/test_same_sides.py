@@ -74,17 +74,16 @@ def _batch_spec(low=1, high=80):
     return {"x": {0: gp.Dim("b", min=low, max=high)}}
 
 
-def test_upsampler_copy_for_large_batches_needs_no_cond():
+@pytest.mark.parametrize("transposed, example", [(False, 2), (True, 70)], ids=["small-example", "large-example"])
+def test_upsampler_copy_for_large_batches_needs_no_cond(transposed, example):
+    """The example on either side of the predicate; the operand contiguous or transposed."""
     torch.manual_seed(0)
-    for transposed in (False, True):
-        model = Upsampler(transposed).eval()
-        for example in (2, 70):   # the example on either side of the predicate
-            ep = gp.export(model, (torch.randn(example, 4, 6, 6),), dynamic_shapes=_batch_spec())
-            assert _conds(ep) == 0
-            assert not any(n.target in (operator.ge, operator.lt) for n in ep.graph.nodes)   # no predicate left
-            assert {int(r.lower): int(r.upper) for r in ep.range_constraints.values()} == {1: 80}
-            _answers_like_eager(ep, model, [(1, 4, 6, 6), (63, 4, 6, 6), (64, 4, 6, 6), (80, 4, 6, 6),
-                                            (example, 4, 6, 6)])
+    model = Upsampler(transposed).eval()
+    ep = gp.export(model, (torch.randn(example, 4, 6, 6),), dynamic_shapes=_batch_spec())
+    assert _conds(ep) == 0
+    assert not any(n.target in (operator.ge, operator.lt) for n in ep.graph.nodes)   # no predicate left
+    assert {int(r.lower): int(r.upper) for r in ep.range_constraints.values()} == {1: 80}
+    _answers_like_eager(ep, model, [(1, 4, 6, 6), (63, 4, 6, 6), (64, 4, 6, 6), (80, 4, 6, 6), (example, 4, 6, 6)])
 
 
 def test_sides_with_different_output_strides_are_not_joined():

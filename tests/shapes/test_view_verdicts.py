@@ -24,7 +24,7 @@ from graphport.shapes.expr import FloorDiv, Mod, ValueRange, bounds, decide, exa
 from graphport.shapes.node import symint
 
 aten = torch.ops.aten
-SETTINGS = settings(deadline=None, max_examples=40, derandomize=True, database=None,
+SETTINGS = settings(deadline=None, max_examples=25, derandomize=True, database=None,
                     suppress_health_check=[HealthCheck.too_slow])
 HI = 9
 
