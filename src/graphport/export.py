@@ -104,15 +104,16 @@ def export(mod: torch.nn.Module | Callable, args: tuple, kwargs: dict | None = N
             ep = _finish(fn, root, args, kwargs, captured, shapes, trace, preserve_module_call_signature, findings)
         except ConstraintViolationError:
             # branches on size predicates the spec cannot decide, captured as conds; a program
-            # whose Python has effects is not run again for it
-            ep = None if shapes is None or findings else export_with_split_branches(
+            # whose Python has effects is not run again for it (reading a value the graph bakes in
+            # is no effect: running the program again reads it again)
+            ep = None if shapes is None or any(f.refused_by_strict for f in findings) else export_with_split_branches(
                 fn, lambda: resolve(dynamic_shapes, args, kwargs, arg_names, input_paths(args, kwargs, arg_names)),
                 lambda program, shapes_: trace(shapes_, prove_locally=True, program=program,
                                                audit=PythonAudit(strict) if audit is not None else None),
                 lambda program, captured_, shapes_: _finish(
                     program, root, args, kwargs, captured_, shapes_,
                     lambda s, locations=True, prove_locally=False: trace(s, locations, prove_locally, program=program),
-                    preserve_module_call_signature, []))
+                    preserve_module_call_signature, findings))
             if ep is None:
                 raise
     except GraphportError as err:

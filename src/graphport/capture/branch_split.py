@@ -21,7 +21,9 @@ inside a side are refused there (a cond's branches are functional).
 What it costs: every question split adds one side to trace, and the capture is made
 again from the start for each new question, so the number of questions split per export
 is bounded (MAX_QUESTIONS); past it, the question is a guard as before and export refuses
-it with its usual error.
+it with its usual error. A question whose sides were shown to compute the same values
+(split_export.py) is answered from the example instead, unguarded (`Splitting.either_side`),
+and counts toward the same bound.
 """
 from __future__ import annotations
 
@@ -73,14 +75,20 @@ class Splitting:
     side it was asked on and stops the capture (a question the program catches is still
     remembered, so the capture is made again either way)."""
 
-    def __init__(self, tree: QuestionTree):
+    def __init__(self, tree: QuestionTree, either_side: frozenset = frozenset()):
         self.tree = tree
+        self.either_side = either_side   # questions whose two sides compute the same values
         self.path: tuple[bool, ...] = ()
         self.request: tuple | None = None
 
-    def undecided(self, rel: sympy.Basic, location: SourceLocation | None) -> None:
-        if self.tree.questions() >= MAX_QUESTIONS:
-            return
+    def undecided(self, rel: sympy.Basic, location: SourceLocation | None) -> bool:
+        """True when `rel` is one of `either_side` (the caller answers it from the example,
+        without a guard); False when the split budget is spent (the caller guards it);
+        otherwise the question is remembered and BranchUndecided raised."""
+        if rel in self.either_side:
+            return True
+        if self.tree.questions() + len(self.either_side) >= MAX_QUESTIONS:
+            return False
         if self.request is None:
             self.request = (self.path, rel, location)
         raise BranchUndecided(rel, location)

@@ -18,6 +18,7 @@ from typing import Any
 import sympy
 import torch
 
+from ..shapes.expr import exact_ratio, same_value
 from ..shapes.node import symint
 from .pointwise_meta import contiguous, symbolic_sizes
 
@@ -31,7 +32,7 @@ def view_meta(func, args: tuple, kwargs: dict) -> torch.Tensor | None:
         return None
     x, shape = args
     if not isinstance(x, torch.Tensor) or not isinstance(shape, (list, tuple)) or not symbolic_sizes([x]) \
-            or not contiguous(x):
+            or not (contiguous(x) or _row_major(x)):
         return None
     env = next(s.node.env for s in x.shape if isinstance(s, torch.SymInt))
     numel = sympy.Integer(1)
@@ -51,7 +52,9 @@ def view_meta(func, args: tuple, kwargs: dict) -> torch.Tensor | None:
         # the quotient with its common factors cancelled: expanding `(64*s + 64)/(16*s + 16)`
         # without cancelling would leave a size that is a sum of fractions
         quotient = sympy.factor_terms(numel / known)
-        if not env.proves(sympy.Gt(known, 0)) or sympy.fraction(quotient)[1] != 1:
+        if sympy.fraction(quotient)[1] != 1:
+            quotient = exact_ratio(numel, known)
+        if not env.proves(sympy.Gt(known, 0)) or quotient is None:
             return None   # an ambiguous -1 at no elements (eager raises), or not an exact quotient
         sizes[inferred[0]] = symint(sympy.expand(quotient), env)
     elif not _equal(known, numel):
@@ -64,4 +67,22 @@ def _expr(size) -> sympy.Expr:
 
 
 def _equal(a: sympy.Expr, b: sympy.Expr) -> bool:
-    return a == b or sympy.expand(a - b) == 0
+    return same_value(a, b)
+
+
+def _row_major(x: torch.Tensor) -> bool:
+    """Row-major strides at every size, read through the shape algebra's normal forms (an exact
+    division is its quotient) rather than as written: the strides `contiguous()` gives a
+    window-partitioned tensor (`196*((hp)//(7))`) are the products of its sizes (`28*hp`, for
+    `hp` a multiple of 7). As in pointwise_meta.contiguous, a dimension of the constant size 1
+    does not constrain its stride, and the products may clamp sizes at 1 (torch's layout)."""
+    if not same_value(_expr(x.storage_offset()), sympy.Integer(0)):
+        return False
+    plain, clamped = sympy.Integer(1), sympy.Integer(1)
+    for size, stride in zip(reversed(x.shape), reversed(x.stride())):
+        if not (type(size) is int and size == 1):
+            if not (same_value(_expr(stride), plain) or same_value(_expr(stride), clamped)):
+                return False
+        plain = plain * _expr(size)
+        clamped = clamped * (_expr(size) if type(size) is int else sympy.Max(_expr(size), 1, evaluate=False))
+    return True

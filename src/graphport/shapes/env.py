@@ -103,8 +103,9 @@ class ShapeEnv:
     # (the predicate, or its negation), which settle the questions that follow from them
     branch_facts: tuple = ()
     # while export captures undecided branches as conds: told each undecided branch question
-    # (`splitting.undecided(rel, location)`), it raises BranchUndecided, or returns when no
-    # further split is allowed and the question becomes a guard as usual
+    # (`splitting.undecided(rel, location)`), it raises BranchUndecided, returns False when no
+    # further split is allowed and the question becomes a guard as usual, or True when either
+    # side of the branch computes the same values (answered from the example, unguarded)
     splitting: Any = None
     # kind and creation order of every symbol made here (shapes/symbols.py); shared with
     # `unbacked`, which makes the data-dependent ones
@@ -307,7 +308,10 @@ class ShapeEnv:
         if self.copy_if_undecided:
             raise ChoiceUndecided(rel)
         if branch and self.splitting is not None and rel.free_symbols <= self.symbols.keys() and asked_by_program():
-            self.splitting.undecided(rel, location or innermost_user_location())
+            if self.splitting.undecided(rel, location or innermost_user_location()):
+                # both sides of this branch were shown to compute the same values at every size
+                # (split_export.py): the example's side serves all sizes, with no guard
+                return bool(self.hint_of(rel))
         self._asked[rel] = asked = self._asked.get(rel, 0) + 1
         if asked > _MAX_REPEATS:
             raise UnsupportedFeatureError(

@@ -248,6 +248,7 @@ class _Reasoner:
         self._bounds: dict = {}
         self._refined: dict = {}
         self._signs: dict = {}
+        self._pads: dict = {}   # a padded side -> the atom standing for it (_with_padded_sides)
 
     def size(self) -> int:
         return len(self._bounds) + len(self._refined) + len(self._signs)
@@ -269,7 +270,7 @@ class _Reasoner:
             for arg in expr.args:
                 a, b = self.bounds(arg)
                 lo, hi = _add(lo, a), _add(hi, b)
-            return lo, hi
+            return _within_residue(expr, lo, hi)
         if expr.is_Mul:
             lo = hi = 1
             for arg in expr.args:
@@ -346,6 +347,12 @@ class _Reasoner:
             lo, hi = _max(lo, e_lo), _min(hi, e_hi)
             if _settled(lo, hi):
                 return lo, hi
+        padded = self._with_padded_sides(diff)
+        if padded is not None:   # w + (w + Mod(-w, 7))*(hp - 8) + Mod(-w, 7) is wp*(hp - 7)
+            p_lo, p_hi = self.sign_bounds(padded)
+            lo, hi = _max(lo, p_lo), _min(hi, p_hi)
+            if _settled(lo, hi):
+                return lo, hi
         floor_terms = [t for t in diff.args if isinstance(t, FloorDiv) or (
             t.is_Mul and any(isinstance(f, FloorDiv) for f in t.args))]
         paired = self._paired_floor_bounds(diff, floor_terms)
@@ -380,6 +387,25 @@ class _Reasoner:
                 f_lo, f_hi = _product_bounds(f_lo, f_hi, a, b)
             lo, hi = _max(lo, f_lo), _min(hi, f_hi)
         return lo, hi
+
+    def _with_padded_sides(self, diff: sympy.Expr) -> sympy.Expr | None:
+        """`diff` expanded with each padding `Mod(-x, k)` of a symbol x written as `P - x`, P an
+        atom standing for the padded side `x + Mod(-x, k)` with that side's bounds (a multiple
+        of k): the same value, in which the terms of a padded side multiplied out apart cancel
+        and factor again. None when `diff` pads no symbol."""
+        mods = [m for m in diff.atoms(Mod) if m.args[1].is_Integer and (-m.args[0]).is_Symbol]
+        if not mods:
+            return None
+        pads = self._pads
+        replaced = {}
+        for mod in mods:
+            side = -mod.args[0] + mod
+            atom = pads.get(side)
+            if atom is None:
+                atom = pads[side] = sympy.Dummy("padded", integer=True)
+                self.ranges[atom] = self.bounds(side)
+            replaced[mod] = atom + mod.args[0]
+        return sympy.expand(diff.xreplace(replaced))
 
     def _paired_floor_bounds(self, diff: sympy.Expr, floor_terms: list) -> tuple | None:
         """Bounds of `c*(a//k) - c*(b//k) + rest`: a//k - b//k lies between
@@ -662,3 +688,50 @@ def _factor(expr: sympy.Expr) -> sympy.Expr:
 def decide(rel: sympy.Basic, ranges: dict[sympy.Symbol, ValueRange]) -> bool | None:
     """True/False if the ranges settle the relation `rel`, else None."""
     return _reasoner(ranges).decide(rel)
+
+
+def _within_residue(expr: sympy.Expr, lo, hi) -> tuple:
+    """Bounds of a sum tightened to the values it can take modulo k, where the normal form
+    fixes its remainder by k (k the modulus of a Mod inside it): a side padded to a multiple of
+    7 (`h + Mod(-h, 7)`) with h >= 1 is at least 7, and that side less 8 at least -1."""
+    for k in {int(m.args[1]) for m in expr.atoms(Mod) if m.args[1].is_Integer and int(m.args[1]) > 1}:
+        remainder = Mod(expr, k)
+        if not remainder.is_Integer:
+            continue
+        r = int(remainder)
+        if lo not in (-_INF, _INF) and lo == int(lo):
+            lo = int(lo) + (r - int(lo)) % k
+        if hi not in (-_INF, _INF) and hi == int(hi):
+            hi = int(hi) - (int(hi) - r) % k
+    return lo, hi
+
+
+def same_value(a: sympy.Expr, b: sympy.Expr) -> bool:
+    """Whether two size expressions are equal at every value of their symbols, read through
+    the normal forms alone (no ranges, no question asked): their difference expands to 0,
+    or does once every exact division is a quotient. A size padded to a multiple of 7 and
+    its window count times 7 (`h + Mod(-h, 7)` and `7*((h + Mod(-h, 7))//7)`) are the same
+    size: a row-major layout or a view written with one and checked with the other is one."""
+    if a == b:
+        return True
+    diff = sympy.expand(a - b)
+    if diff == 0:
+        return True
+    exact = _without_exact_divisions(diff)
+    return exact is not None and exact == 0
+
+
+def exact_ratio(a: sympy.Expr, b: sympy.Expr) -> sympy.Expr | None:
+    """`a / b` as a size expression (integer coefficients; divisions and moduli as atoms) when
+    `b` divides `a` at every value of their symbols, read through the normal forms: the
+    polynomial quotient, or the quotient once every exact division in either is written as
+    one (`196*n*((hp)//(7))*((wp)//(7))` over `4*hp*wp` is `n`, for `hp = h + Mod(-h, 7)`).
+    None when no such form shows it (a quotient with fractional coefficients included)."""
+    quotient = _exact_quotient(a, b)
+    if quotient is not None:
+        return quotient
+    a_exact = _without_exact_divisions(sympy.expand(a))
+    b_exact = _without_exact_divisions(sympy.expand(b))
+    if a_exact is None and b_exact is None:
+        return None
+    return _polynomial_quotient(a if a_exact is None else a_exact, b if b_exact is None else b_exact)
