@@ -49,13 +49,22 @@ class TensorLayout:
 @dataclass
 class MetadataCall:
     """One operator's metadata computation that assumed sizes at least 1 or 2."""
-    kind: str          # "meta": run_meta (cached); "view": run_meta uncached; "kept": a kept composite
+    kind: str          # "meta": run_meta (cached); "view": run_meta uncached; "kept": a kept composite;
+                       # "inferred": `func` is graphport's own size computation (a reshape's -1)
     func: Any
     args: Any
     kwargs: Any
     out: Any
     symbols: frozenset  # every symbol its arguments' sizes use
     location: SourceLocation | None = None   # the user's line that first made it
+    # the symbols its computation assumed large: every other symbol's questions were settled
+    # by the declared ranges, which hold at its small sizes too, so pinning only those
+    # symbols leaves the computation, and its metadata, as recorded
+    assumed: frozenset = frozenset()
+
+    def affected_by(self, pins) -> bool:
+        """Whether pinning these symbols can change what this computation decides."""
+        return not self.assumed.isdisjoint(pins)
 
 
 @dataclass
@@ -136,7 +145,10 @@ class DeferredAssumptions:
             key = (kind, func, _hashable(described))
             if key not in self.calls:
                 self.calls[key] = MetadataCall(kind, func, described[0], described[1], _describe(out, self.env),
-                                               frozenset(symbols_of(described)), innermost_user_location())
+                                               frozenset(symbols_of(described)), innermost_user_location(),
+                                               frozenset(frame))
+            else:
+                self.calls[key].assumed |= frame.keys()
         except _NotRepeatable as e:
             self.unprovable = f"the metadata of {func} cannot be worked out again in isolation ({e})"
 
