@@ -57,6 +57,7 @@ class TorchFunctionTracker(TorchFunctionMode):
             self.on_enter(None)
 
     def _layout_call(self, func, args, kwargs):
+        forwards_to_torch = True   # noqa: F841 (as in _handle)
         layout = _LAYOUT_CALLS.get(func) if self.recorder is not None else None
         if layout is None:
             return func(*args, **kwargs)
