@@ -22,6 +22,7 @@ from ours there at the small size, as they may between two eager kernels).
 from __future__ import annotations
 
 import contextlib
+import itertools
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator
 
@@ -210,6 +211,7 @@ class DeferredAssumptions:
             return
         if not self.unprovable and not env.assumed_min and proven(self):
             env.proven_min.update(deferred)
+            self.verdicts = _every_size_valid(deferred, env)
             return
         if by_size is not None and not self.unprovable:
             self.verdicts = by_size(self, set(deferred) - set(env.assumed_min))
@@ -217,6 +219,15 @@ class DeferredAssumptions:
             if env.assumed_min.get(sym, 0) < least:
                 env.assumed_min[sym] = least
                 env.assumption_sites.setdefault(sym, self.sites.get(sym))
+
+
+def _every_size_valid(deferred: dict, env: ShapeEnv) -> LocalVerdicts:
+    """The verdicts of a proof of all the deferred assumptions at once: every small size of
+    each symbol, and every combination of them, proven (a re-trace at one pinned size reports
+    them, so the combinations with that size need no trace: passes/small_sizes.py)."""
+    valid = {s: list(range(least - 1, env.symbols[s].declared.lower - 1, -1)) for s, least in deferred.items()}
+    valid = {s: sizes for s, sizes in valid.items() if sizes}
+    return LocalVerdicts(valid, {}, [dict(zip(valid, sizes)) for sizes in itertools.product(*valid.values())])
 
 
 @contextlib.contextmanager
