@@ -22,7 +22,7 @@ by model, so a run can take a subset; the section is rendered from every model m
 (`--models ''` renders it again without measuring).
 
     PYTHONPATH=src python bench/dynamic_cost.py [--models bert,gpt2,real:bert_base] [--styles max,auto]
-                                                [--repeats 3] [--no-write]
+                                                [--repeats 3] [--threads 1] [--no-write]
 """
 from __future__ import annotations
 
@@ -171,9 +171,13 @@ def main() -> None:
     parser.add_argument("--models", default=",".join(DEFAULT_MODELS))
     parser.add_argument("--styles", default=",".join(STYLES))
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--threads", type=int, default=None,
+                        help="torch's intra-op threads (1 on a loaded machine: idle threads spinning count as CPU time)")
     parser.add_argument("--no-write", action="store_true", help="print only; leave RESULTS.md and the json alone")
     opts = parser.parse_args()
     styles = [s for s in opts.styles.split(",") if s]
+    if opts.threads:
+        torch.set_num_threads(opts.threads)
     shapes_log = logging.getLogger("graphport.shapes")
     counter = TraceCount()
     shapes_log.addHandler(counter)
