@@ -93,8 +93,9 @@ def reshape_sizes(sizes: list, shape: list) -> list | None:
     `infer_size` does; OperatorError where eager raises for the `-1`; None where the quotient is
     not exact as an expression (torch's own path then decides)."""
     inferred = [i for i, s in enumerate(shape) if type(s) is int and s == -1]
-    if len(inferred) != 1 or not all(isinstance(s, (int, torch.SymInt)) for s in (*sizes, *shape)):
-        return None
+    if len(inferred) != 1 or not all(isinstance(s, (int, torch.SymInt)) for s in (*sizes, *shape)) \
+            or any(type(s) is int and s < -1 for s in shape):
+        return None   # torch's own path: its errors for other negative sizes
     numel, known = sympy.Integer(1), sympy.Integer(1)
     for s in sizes:
         numel = numel * _expr(s)
