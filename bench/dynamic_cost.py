@@ -5,7 +5,8 @@ at those sizes (passes/small_sizes.py, capture/local_proofs.py), and that proof 
 model again. The zoo's own specs start at 1 or 2; users write `Dim("b", max=512)` first. Each
 model's spec is rewritten in every style below and exported side by side with the static
 export in one process, rounds interleaved; the figure is the median over the rounds after a
-warm-up one. "traces" counts how many times the export traced the model (the capture plus
+warm-up one, in CPU time of the process (`time.process_time`: on a shared machine, waiting for
+a core is not counted). "traces" counts how many times the export traced the model (the capture plus
 the small-size proofs' re-traces), read from graphport's own debug line on the
 `graphport.shapes` logger.
 
@@ -21,7 +22,7 @@ by model, so a run can take a subset; the section is rendered from every model m
 (`--models ''` renders it again without measuring).
 
     PYTHONPATH=src python bench/dynamic_cost.py [--models bert,gpt2,real:bert_base] [--styles max,auto]
-                                                [--repeats 3] [--no-write]
+                                                [--repeats 3] [--threads 1] [--no-write]
 """
 from __future__ import annotations
 
@@ -111,12 +112,12 @@ def measure(name: str, styles: list[str], repeats: int, counter: TraceCount) -> 
             try:
                 spec = None if style == "static" else spec_of(harness.DimFactory(style_dim(style)))
                 counter.last = None
-                start = time.perf_counter()
+                start = time.process_time()
                 with warnings.catch_warnings():
                     warnings.simplefilter("ignore")
                     with torch.no_grad():
                         gp.export(module, args, kwargs, dynamic_shapes=spec)
-                elapsed = time.perf_counter() - start
+                elapsed = time.process_time() - start
             except Exception as e:   # a style the model's spec cannot take, or a refusal: reported as such
                 errors[style] = f"{type(e).__name__}: {harness.first_line(str(e))[:100]}"
                 continue
@@ -136,7 +137,7 @@ def measure(name: str, styles: list[str], repeats: int, counter: TraceCount) -> 
 
 def render(rows: dict[str, dict[str, Any]], styles: list[str], repeats: int) -> str:
     lines = [harness.stamp(), "",
-             f"Dynamic export time / static export time, same process, rounds interleaved, median of {repeats} "
+             f"Dynamic export time / static export time (CPU time), same process, rounds interleaved, median of {repeats} "
              f"after a warm-up; in brackets the traces per export (1: the capture alone). Target: median "
              f"<= {TARGET}x for each style, no model over {WORST}x. `real:` models at published sizes.", "",
              "| model | static s | " + " | ".join(styles) + " |",
@@ -170,9 +171,13 @@ def main() -> None:
     parser.add_argument("--models", default=",".join(DEFAULT_MODELS))
     parser.add_argument("--styles", default=",".join(STYLES))
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--threads", type=int, default=None,
+                        help="torch's intra-op threads (1 on a loaded machine: idle threads spinning count as CPU time)")
     parser.add_argument("--no-write", action="store_true", help="print only; leave RESULTS.md and the json alone")
     opts = parser.parse_args()
     styles = [s for s in opts.styles.split(",") if s]
+    if opts.threads:
+        torch.set_num_threads(opts.threads)
     shapes_log = logging.getLogger("graphport.shapes")
     counter = TraceCount()
     shapes_log.addHandler(counter)

@@ -90,8 +90,9 @@ def capture(fn: Callable, args: tuple, kwargs: dict, root: torch.nn.Module | Non
         stack.enter_context(capture_environment(hooks, symbolic=shapes is not None))
         if calls is not None:
             stack.enter_context(calls.preserving(root, preserve))
+        # a re-trace proving small sizes tracks view-or-copy choices as the capture does
         stack.enter_context(TorchFunctionTracker(rec.enter_torch_fn if locations else None,
-                                                 rec if locations else None, audit))
+                                                 rec if locations or rec.deferred is not None else None, audit))
         rec.until_done = stack   # contexts capture enters on the way (capture/data_dependent.py)
         with state.swapped() if state is not None else contextlib.nullcontext(), CaptureMode(rec, policy):
             tracer_args, tracer_kwargs = inputs.rebuild()

@@ -22,6 +22,7 @@ from ours there at the small size, as they may between two eager kernels).
 from __future__ import annotations
 
 import contextlib
+import itertools
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator
 
@@ -49,13 +50,22 @@ class TensorLayout:
 @dataclass
 class MetadataCall:
     """One operator's metadata computation that assumed sizes at least 1 or 2."""
-    kind: str          # "meta": run_meta (cached); "view": run_meta uncached; "kept": a kept composite
+    kind: str          # "meta": run_meta (cached); "view": run_meta uncached; "kept": a kept composite;
+                       # "inferred": `func` is graphport's own size computation (a reshape's -1)
     func: Any
     args: Any
     kwargs: Any
     out: Any
     symbols: frozenset  # every symbol its arguments' sizes use
     location: SourceLocation | None = None   # the user's line that first made it
+    # the symbols its computation assumed large: every other symbol's questions were settled
+    # by the declared ranges, which hold at its small sizes too, so pinning only those
+    # symbols leaves the computation, and its metadata, as recorded
+    assumed: frozenset = frozenset()
+
+    def affected_by(self, pins) -> bool:
+        """Whether pinning these symbols can change what this computation decides."""
+        return not self.assumed.isdisjoint(pins)
 
 
 @dataclass
@@ -136,7 +146,10 @@ class DeferredAssumptions:
             key = (kind, func, _hashable(described))
             if key not in self.calls:
                 self.calls[key] = MetadataCall(kind, func, described[0], described[1], _describe(out, self.env),
-                                               frozenset(symbols_of(described)), innermost_user_location())
+                                               frozenset(symbols_of(described)), innermost_user_location(),
+                                               frozenset(frame))
+            else:
+                self.calls[key].assumed |= frame.keys()
         except _NotRepeatable as e:
             self.unprovable = f"the metadata of {func} cannot be worked out again in isolation ({e})"
 
@@ -198,6 +211,7 @@ class DeferredAssumptions:
             return
         if not self.unprovable and not env.assumed_min and proven(self):
             env.proven_min.update(deferred)
+            self.verdicts = _every_size_valid(deferred, env)
             return
         if by_size is not None and not self.unprovable:
             self.verdicts = by_size(self, set(deferred) - set(env.assumed_min))
@@ -205,6 +219,15 @@ class DeferredAssumptions:
             if env.assumed_min.get(sym, 0) < least:
                 env.assumed_min[sym] = least
                 env.assumption_sites.setdefault(sym, self.sites.get(sym))
+
+
+def _every_size_valid(deferred: dict, env: ShapeEnv) -> LocalVerdicts:
+    """The verdicts of a proof of all the deferred assumptions at once: every small size of
+    each symbol, and every combination of them, proven (a re-trace at one pinned size reports
+    them, so the combinations with that size need no trace: passes/small_sizes.py)."""
+    valid = {s: list(range(least - 1, env.symbols[s].declared.lower - 1, -1)) for s, least in deferred.items()}
+    valid = {s: sizes for s, sizes in valid.items() if sizes}
+    return LocalVerdicts(valid, {}, [dict(zip(valid, sizes)) for sizes in itertools.product(*valid.values())])
 
 
 @contextlib.contextmanager

@@ -31,7 +31,7 @@ from .grad import as_eager_requires
 from .layer_meta import META_BY_DECOMPOSITION, layer_meta
 from .pointwise_meta import pointwise_meta
 from .reduction_meta import reduction_meta
-from .view_meta import view_meta
+from .view_meta import reshape_spelled_out, view_meta
 from .recorder import Recorder
 from .custom_objects import is_custom_object
 from .effects import orders as effects_order
@@ -93,6 +93,8 @@ class CaptureMode(_torch.TorchDispatchMode):
                 "tensor values)",
                 fix="keep shapes static: use torch.where(mask, x, other) or multiply by the mask instead of "
                     "selecting elements")
+        if func is aten.reshape.default and self.rec.deferred is not None:
+            args = reshape_spelled_out(self.rec.deferred, args)   # its -1 worked out as a metadata computation
         if self.policy.keep(func):
             return self.call_kept_composite(func, args, kwargs)
         decomposition = self.policy.decomposition(func)

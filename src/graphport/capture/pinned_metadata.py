@@ -40,7 +40,7 @@ def proven_by_metadata(deferred: DeferredAssumptions, sessions: "PinnedSessions"
         involved = sorted((s for s in call.symbols if smalls.get(s)), key=str)
         pin_sets = [{s: v for s, v in zip(involved, values) if v is not None}
                     for values in itertools.product(*([None, *smalls[s]] for s in involved))]
-        pin_sets = [p for p in pin_sets if p]
+        pin_sets = [p for p in pin_sets if p and call.affected_by(p)]
         if len(pin_sets) > _MAX_PIN_SETS_PER_CALL:
             return False
         for pins in pin_sets:
@@ -75,7 +75,7 @@ def proven_by_size(deferred: DeferredAssumptions, sessions: "PinnedSessions", lo
                 break   # the program's own guards rule it out: the spec check reports them
             before = min((i for (s, least), i in deferred.ordinary_from.items() if s == sym and least > v),
                          default=len(calls))
-            failed = next((c for c in calls[:before] if sym in c.symbols
+            failed = next((c for c in calls[:before] if c.affected_by(pins)
                            and not _same_within(sessions.outcome(c, pins, _open(c, levels, pins)), levels)), None)
             if failed is None and sym in local:
                 verdicts.valid.setdefault(sym, []).append(v)
@@ -109,7 +109,8 @@ def _same_within(outcome: "Outcome", levels: dict) -> bool:
 def _same_at(sessions: "PinnedSessions", call: MetadataCall, pins: dict, levels: dict) -> bool:
     """Whether `call` gives its recorded metadata with two or more symbols pinned (fewer:
     proven with the single sizes)."""
-    return len(pins) < 2 or _same_within(sessions.outcome(call, pins, _open(call, levels, pins)), levels)
+    return len(pins) < 2 or not call.affected_by(pins) \
+        or _same_within(sessions.outcome(call, pins, _open(call, levels, pins)), levels)
 
 
 class PinnedSessions(contextlib.ExitStack):
@@ -176,6 +177,8 @@ class _Session:
             if call.kind == "kept":
                 func, grads = call.func
                 out = self.mode.kept_composite_meta(func, args, kwargs, grads)
+            elif call.kind == "inferred":   # sizes worked out by graphport's own code (view_meta.py)
+                out = call.func(*args, **kwargs)
             else:
                 out = self.mode.run_meta(call.func, args, kwargs, cache=call.kind == "meta")
         except Exception as e:   # the operator fails there, or cannot be repeated: the re-trace decides

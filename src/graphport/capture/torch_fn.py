@@ -46,21 +46,25 @@ class TorchFunctionTracker(TorchFunctionMode):
         if func is torch.tensor and args and has_data_dependent_values(args[0]):
             return tensor_from_symbolic(*args, **(kwargs or {}))
         args, kwargs = _decided_flags(func, args, kwargs)
-        if self.on_enter is None:   # a re-trace without source locations: only the rule above
-            return func(*args, **(kwargs or {}))
+        if self.on_enter is None:   # a re-trace without source locations: no names to give
+            return self._layout_call(func, args, kwargs or {})
         name = getattr(func, "__name__", type(func).__name__)
         self.counts[name] = count = self.counts.get(name, 0) + 1
         self.on_enter((f"{name}_{count}", f"{type(func).__name__}.{name}", func))
         try:
-            layout = _LAYOUT_CALLS.get(func) if self.recorder is not None else None
-            if layout is None:
-                return func(*args, **(kwargs or {}))
-            if layout == "reads":
-                self.recorder.layout_read(args[0] if args else None)
-                return func(*args, **(kwargs or {}))
-            return self._view_or_copy(func, args, kwargs or {})
+            return self._layout_call(func, args, kwargs or {})
         finally:
             self.on_enter(None)
+
+    def _layout_call(self, func, args, kwargs):
+        forwards_to_torch = True   # noqa: F841 (as in _handle)
+        layout = _LAYOUT_CALLS.get(func) if self.recorder is not None else None
+        if layout is None:
+            return func(*args, **kwargs)
+        if layout == "reads":
+            self.recorder.layout_read(args[0] if args else None)
+            return func(*args, **kwargs)
+        return self._view_or_copy(func, args, kwargs)
 
     def _view_or_copy(self, func, args, kwargs):
         """A reshape, flatten or contiguous() call. Where its choice between a view and a copy

@@ -13,11 +13,13 @@ their base (tracer.py), and this storage is the same size.
 """
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import sympy
 import torch
 
+from ..errors import OperatorError
 from ..shapes.expr import exact_ratio, same_value
 from ..shapes.node import symint
 from .pointwise_meta import contiguous, symbolic_sizes
@@ -86,3 +88,53 @@ def _row_major(x: torch.Tensor) -> bool:
         plain = plain * _expr(size)
         clamped = clamped * (_expr(size) if type(size) is int else sympy.Max(_expr(size), 1, evaluate=False))
     return True
+
+# -- the `-1` of a reshape -------------------------------------------------------------------------
+
+def reshape_spelled_out(deferred, args: tuple) -> tuple:
+    """`reshape(x, shape)`'s arguments with a `-1` in `shape` replaced by the size it stands for.
+
+    torch's reshape works the `-1` out in C++ before choosing a view or a copy, asking whether
+    the other sizes multiply to 0 (eager raises there: the `-1` is ambiguous). Asked there, the
+    question is a decision of the program's, proven only by tracing it again; asked here, inside
+    a metadata computation of its own (`deferred.metadata_of`), it is recorded and worked out
+    again at each small size (capture/pinned_metadata.py), where size 0 fails as eager does."""
+    if len(args) != 2 or not isinstance(args[0], torch.Tensor) or not isinstance(args[1], (list, tuple)) \
+            or not any(type(s) is int and s == -1 for s in args[1]) or not symbolic_sizes([args[0]]):
+        return args
+    sizes, shape = list(args[0].shape), list(args[1])
+    with deferred.metadata_of("inferred", reshape_sizes, (sizes, shape), {}) as result:
+        result.append(reshape_sizes(sizes, shape))
+    return args if result[0] is None else (args[0], result[0])
+
+
+def reshape_sizes(sizes: list, shape: list) -> list | None:
+    """The sizes `reshape(shape)` gives a tensor of `sizes`, the `-1` worked out as torch's
+    `infer_size` does; OperatorError where eager raises for the `-1`; None where the quotient is
+    not exact as an expression (torch's own path then decides)."""
+    inferred = [i for i, s in enumerate(shape) if type(s) is int and s == -1]
+    if len(inferred) != 1 or not all(isinstance(s, (int, torch.SymInt)) for s in (*sizes, *shape)) \
+            or any(type(s) is int and s < -1 for s in shape):
+        return None   # torch's own path: its errors for other negative sizes
+    numel, known = sympy.Integer(1), sympy.Integer(1)
+    for s in sizes:
+        numel = numel * _expr(s)
+    for i, s in enumerate(shape):
+        if i != inferred[0]:
+            known = known * _expr(s)
+    product = math.prod(s for i, s in enumerate(shape) if i != inferred[0])
+    if product == 0:   # a question on symbolic sizes: decided inside the metadata computation
+        raise OperatorError(
+            f"aten::reshape failed: cannot reshape tensor of {numel} elements into shape {shape} because the "
+            "unspecified dimension size -1 can be any value and is ambiguous",
+            fix="this call fails the same way in eager PyTorch; spell the size out instead of -1 where the "
+                "tensor may have no elements")
+    quotient = sympy.factor_terms(numel / known)
+    if sympy.fraction(quotient)[1] != 1:
+        quotient = exact_ratio(numel, known)   # exact only through the normal forms (padded sides)
+    if quotient is None:
+        return None
+    env = next((s.node.env for s in (*sizes, *shape) if isinstance(s, torch.SymInt)), None)
+    out = list(shape)
+    out[inferred[0]] = int(quotient) if quotient.is_Integer else symint(sympy.expand(quotient), env)
+    return out
