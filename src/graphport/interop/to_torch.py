@@ -37,6 +37,7 @@ from ..shapes.expr import INF, ValueRange
 from ..shapes.symbols import name_number
 from .symbols import SymbolMap, range_to_torch, torch_size_symbol
 from .training_ir import drop_unserializable_meta, to_training_ir
+from ..graph_code import keyword_safe
 
 CONTRACT_META_KEY = "graphport_shape_contract"   # graph_module.meta: our contract, for from_torch
 KEYWORDS_META_KEY = "graphport_keywords_by_name"  # graph_module.meta: keyword arguments may come in any order
@@ -331,7 +332,7 @@ def _convert_graph(gm: fx.GraphModule, values: _Values, root_entry: dict) -> tup
             attr = getattr(gm, node.target)
             root.register_module(node.target, fx.GraphModule(*_convert_graph(attr, values, root_entry))
                                  if isinstance(attr, fx.GraphModule) else attr)
-    return root, graph
+    return root, keyword_safe(graph)
 
 
 def _bind_computed_symbols(graph: fx.Graph, root: torch.nn.Module, contract: ShapeContract,
