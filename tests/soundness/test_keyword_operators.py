@@ -100,5 +100,6 @@ def test_a_keyword_named_operator_round_trips_through_torch_export_programs(fn):
     ep = _export(fn, True)
     tep = to_torch(ep)
     assert any(getattr(n.target, "_overloadname", None) == "from" for n in tep.graph.nodes)
+    assert "getattr(torch.ops.aten.random, 'from')(" in tep.graph_module.code
     back = from_torch(tep)
     _same_at_every_size(fn, back, True)
