@@ -223,3 +223,17 @@ def test_a_loop_body_returning_its_own_operand_is_refused_as_eager_refuses_it(fn
     with pytest.raises(gp.ControlFlowError, match="not a new tensor") as e:
         gp.export(fn, (x,))
     assert isinstance(e.value, RuntimeError)
+
+
+def _divmod_and_min_of_a_data_dependent_size(x):
+    m = x.nonzero()
+    return x.new_ones(divmod(m.shape[0], 4)[1] + 1) * x.sum() + min(m.shape[0], 2) + max(m.shape[0], 1)
+
+
+def test_divmod_min_max_of_a_data_dependent_size_in_a_static_export():
+    """Sizes are symbolic in a static export too where they depend on data: divmod raised a
+    raw TypeError there (min/max asked for the data-dependent comparison)."""
+    x = torch.tensor([0.0, 1.0, -2.0, 3.0, 0.0, 5.0, 6.0])
+    ep = gp.export(_divmod_and_min_of_a_data_dependent_size, (x,))
+    for t in (x, torch.zeros(7), torch.ones(7), torch.arange(7.0)):
+        torch.testing.assert_close(ep.module()(t), _divmod_and_min_of_a_data_dependent_size(t))
