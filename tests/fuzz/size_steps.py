@@ -192,7 +192,7 @@ class SizeSteps:
         size nodes, data-dependent ones included, used inside the branch and after it."""
         r = self.rng
         m = r.choice([f"{v}[{v} > 0]", f"{v}.nonzero()", f"{v}.flatten()"])
-        pred = r.choice([f"{n} >= 0", f"m.shape[0] >= 0", f"{n} + m.shape[0] > -1", f"torch.sym_max({n}, 1) > 0",
+        pred = r.choice([f"{n} >= 0", "m.shape[0] >= 0", f"{n} + m.shape[0] > -1", f"torch.sym_max({n}, 1) > 0",
                          f"{n} * 0.5 >= 0"])
         inner = r.choice(["a * m.shape[0]", "a + torch.sym_float(m.shape[0])", f"a * torch.sym_min({n}, m.shape[0])",
                           f"a + (m.shape[0] > {n})",
@@ -206,7 +206,7 @@ class SizeSteps:
         its operands' sizes and its branches."""
         r = self.rng
         k = r.choice([f"int(({v} > 0).sum().item())", f"int({v}.numel() - ({v} <= 0).sum().item())"])
-        pred = r.choice([f"u > {r.randint(0, 3)}", f"u < {n}", f"u * 2 >= {n}", f"u % 2 == 0"])
+        pred = r.choice([f"u > {r.randint(0, 3)}", f"u < {n}", f"u * 2 >= {n}", "u % 2 == 0"])
         return "cond_item", (f"(lambda u: (torch._check(u >= 0), torch._check(u <= {v}.numel()), "
                              f"torch.cond({pred}, lambda a: a * u + a.shape[0], lambda a: a - torch.sym_float(u), "
                              f"({v}.flatten()[:u],))[2].sum() + u)[-1])({k})")

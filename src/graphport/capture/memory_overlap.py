@@ -254,8 +254,8 @@ def check(func, written: list, windows: list, inputs: Any, args: tuple, kwargs: 
                 lambda ls, proves, example=layouts[id(w)][1]: apart(ls[0], example, proves), [shapes[id(w)]]):
             self_unsettled.append(w)
     unproven = [r for r in partial if not any(r is p for p in proven_apart)]
-    overlapping = [r for r in unproven if any(layouts[id(r)] != layouts[id(w)] and _share(layouts[id(r)], layouts[id(w)])
-                                              for w in sharers(r))]
+    overlapping = [r for r in unproven
+                   if any(layouts[id(r)] != layouts[id(w)] and _share(layouts[id(r)], layouts[id(w)]) for w in sharers(r))]
     unsettled = [r for r in unproven if _symbolic(meta_of(r)) or any(_symbolic(meta_of(w)) for w in sharers(r))]
     if not self_overlap and not self_unsettled and not overlapping and not unsettled and not full:
         return None
