@@ -296,3 +296,26 @@ def test_elementwise_write_reading_itself_at_a_data_dependent_size():
         return y.add_(y)
     x = torch.randn(8)
     same_as_eager_under_seed(f, gp.export(f, (x,)), x)
+
+
+def _window_of_data_dependent_width(strides):
+    def fn(x):
+        k = x[x > 0].shape[0]
+        torch._check(k <= 4)
+        y = torch.zeros(20)
+        y.as_strided((2, k), strides).add_(1)
+        return y
+    return fn
+
+
+def test_a_window_of_data_dependent_size_is_proven_apart_or_refused():
+    """Strides (5, 1) keep the two rows of k <= 4 elements apart at every k: exports and
+    answers; strides (2, 1) overlap from k = 3 on (eager adds twice there): refused. There is
+    no example layout to look at, only the ranges."""
+    x = torch.tensor([1.0, -1, 2, 3, -4, 1])
+    apart_rows = _window_of_data_dependent_width((5, 1))
+    ep = gp.export(apart_rows, (x,))
+    for t in (x, torch.tensor([1.0, 2, 3, 4, -1, -1]), -x.abs()):
+        torch.testing.assert_close(ep.module()(t), apart_rows(t))
+    with pytest.raises(gp.UnsupportedFeatureError, match="may be one memory location"):
+        gp.export(_window_of_data_dependent_width((2, 1)), (x,))

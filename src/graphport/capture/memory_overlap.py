@@ -22,6 +22,7 @@ past everything its smaller-stride dimensions span.
 """
 from __future__ import annotations
 
+import itertools
 from typing import Any, Callable
 
 import sympy
@@ -155,12 +156,20 @@ def _within_step(offset: sympy.Expr, step: sympy.Expr) -> sympy.Expr:
     return rest
 
 
-def apart(layout: Layout, example_strides: list[int], proves: Callable[[sympy.Basic], bool]) -> bool:
+def apart(layout: Layout, example_strides: list[int] | None, proves: Callable[[sympy.Basic], bool]) -> bool:
     """Whether the declared ranges prove that no two elements of the window are one memory
     location at any size: in the order of the example's strides, each dimension that may hold
-    more than one element steps past everything the ones before it span."""
+    more than one element steps past everything the ones before it span. Without an example
+    (sizes that depend on tensor values), any order of up to 4 such dimensions may show it."""
+    sizes = layout[0]
+    dims = [d for d in range(len(sizes)) if not proves(sympy.Le(sizes[d], 1))]
+    if example_strides is not None:
+        return _apart_in_order(layout, sorted(dims, key=lambda d: example_strides[d]), proves)
+    return len(dims) <= 4 and any(_apart_in_order(layout, list(order), proves) for order in itertools.permutations(dims))
+
+
+def _apart_in_order(layout: Layout, dims: list[int], proves: Callable[[sympy.Basic], bool]) -> bool:
     sizes, strides, _ = layout
-    dims = sorted((d for d in range(len(sizes)) if not proves(sympy.Le(sizes[d], 1))), key=lambda d: example_strides[d])
     span = sympy.Integer(0)
     for d in dims:
         if not proves(sympy.Gt(strides[d], span)):
@@ -243,6 +252,10 @@ def check(func, written: list, windows: list, inputs: Any, args: tuple, kwargs: 
         if any(not any(r is w for w in written) for r in readers if not any(r is p for p in proven_apart)):
             return "order", ("an input of the call shares memory with the tensor it writes, at sizes that depend "
                              "on tensor values")
+        if any(not sizes.proven(lambda ls, proves: apart(ls[0], None, proves), [shapes[id(w)]]) for w in windows
+               if id(w) in shapes):
+            return "order", ("the written tensor is a window of memory whose elements may be one memory location, "
+                             "at sizes that depend on tensor values")
         return None
     self_overlap, self_unsettled = [], []
     for w in windows:
