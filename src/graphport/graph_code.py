@@ -47,8 +47,9 @@ def _keyword_calls(nodes) -> dict[str, str]:
     nodes call whose qualified name has a keyword part."""
     found = {}
     for node in nodes:
-        if node.op != "call_function" or not hasattr(node.target, "_schema"):
-            continue
+        schema = getattr(node.target, "_schema", None) if node.op == "call_function" else None
+        if schema is None or not any(keyword.iskeyword(p) for p in (*schema.name.split("::"), schema.overload_name)):
+            continue   # the common case, decided without building fx's name
         name = _get_qualified_name(node.target)
         parts = name.split(".")
         if any(keyword.iskeyword(p) for p in parts):
