@@ -14,7 +14,7 @@ PACKAGE = pathlib.Path(graphport.__file__).parent
 
 # lowest first; a module's layer is its first path part (package) or its own name
 LAYERS = [
-    {"_torch", "errors", "source", "pytree", "op_args", "values", "signature", "logs", "progress"},
+    {"_torch", "errors", "source", "pytree", "op_args", "values", "signature", "logs", "progress", "graph_code"},
     {"shapes", "ops", "audit"},
     {"capture"},
     {"passes"},   # they take a program and return ep.replace(...): program.py sits above them

@@ -164,7 +164,8 @@ def lazy_graph_module(root: torch.nn.Module, graph: torch.fx.Graph) -> torch.fx.
     not when it is made (export and load make graphs that are often printed, saved or
     rebuilt before they ever run)."""
     from torch.fx._lazy_graph_module import _LazyGraphModule
-    return _LazyGraphModule(root, graph, class_name="GraphModule")
+    from .graph_code import keyword_safe
+    return _LazyGraphModule(root, keyword_safe(graph), class_name="GraphModule")
 
 
 def rename_node(node: torch.fx.Node, candidate: str) -> str:

@@ -25,6 +25,7 @@ from .values import plain_copy
 from .shapes.contract import ComputedValue
 from .shapes.unbacked import ASSERT_PREFIX
 from .signature import ConstantArgument, InputKind, OutputKind, SymIntArgument
+from .graph_code import keyword_safe
 
 pytree = _torch.pytree
 
@@ -178,6 +179,7 @@ class ExportedModule(fx.GraphModule):
         positional += [f"arg{i}" for i in range(len(positional), call.in_spec.child(0).num_children)]
         graph.set_codegen(_ProgramCodeGen(positional, list(call.in_spec.child(1).context), call.in_spec,
                                           call.out_spec))
+        keyword_safe(graph)
         self._ep = ep
         super().__init__(holder, graph, class_name="GraphModule")
         self._finish(holder)

@@ -17,6 +17,7 @@ from torch.fx.passes.shape_prop import TensorMetadata
 
 from . import _torch
 from .op_args import map_args
+from .graph_code import keyword_safe
 
 pytree = _torch.pytree
 DEVICE_KEY = "gp_device"     # set by capture on the nodes whose device it knows
@@ -146,7 +147,7 @@ def plain_copy(gm: fx.GraphModule) -> fx.GraphModule:
         val = node.meta.get("val")
         if isinstance(val, RuntimeValue):
             node.meta["val"] = val.gp_meta
-    shown = fx.GraphModule(gm, graph, class_name=gm._get_name())
+    shown = fx.GraphModule(gm, keyword_safe(graph), class_name=gm._get_name())
     for name, child in gm.named_children():
         if isinstance(child, fx.GraphModule):
             setattr(shown, name, plain_copy(child))

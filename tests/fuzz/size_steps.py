@@ -26,7 +26,8 @@ NEAR = [   # two ways to write one real number, which doubles may round apart
 ]
 COMPARE = ["<", "<=", "==", "!=", ">", ">="]
 FAMILIES = ["float_scale", "float_branch", "int_of_float", "int_arith", "dtype", "mask", "item", "cond",
-            "cond_float", "cond_sizes", "map", "scan", "write_input", "scatter", "sym_ops", "random"]
+            "cond_float", "cond_sizes", "map", "scan", "write_input", "scatter", "sym_ops", "random",
+            "decided_cond", "cond_item", "scatter_sizes", "window_copy"]
 
 
 class SizeSteps:
@@ -183,7 +184,55 @@ class SizeSteps:
         r = self.rng
         return "random", r.choice([f"F.dropout({v}, 0.5, training=True)", f"{v}.clone().bernoulli_(0.5)",
                                    f"torch.rand_like({v}) + {v}", f"{v} + torch.randn({v}.shape)",
-                                   f"F.dropout({v}, 0.3, training={n} > 2)"])
+                                   f"F.dropout({v}, 0.3, training={n} > 2)", f"{v}.clone().random_(-5, 5)"])
+
+
+    def _decided_cond(self, v, t, d, n):
+        """A cond whose predicate the ranges settle (so the capture inlines one branch), with
+        size nodes, data-dependent ones included, used inside the branch and after it."""
+        r = self.rng
+        m = r.choice([f"{v}[{v} > 0]", f"{v}.nonzero()", f"{v}.flatten()"])
+        pred = r.choice([f"{n} >= 0", "m.shape[0] >= 0", f"{n} + m.shape[0] > -1", f"torch.sym_max({n}, 1) > 0",
+                         f"{n} * 0.5 >= 0"])
+        inner = r.choice(["a * m.shape[0]", "a + torch.sym_float(m.shape[0])", f"a * torch.sym_min({n}, m.shape[0])",
+                          f"a + (m.shape[0] > {n})",
+                          f"torch.cond(m.shape[0] > {n}, lambda b: b * m.shape[0], lambda b: b - 1, (a,))"])
+        use = r.choice(["", " + m.shape[0]", f" * torch.sym_float(torch.sym_min(m.shape[0], {n}))",
+                        f" + max(m.shape[0], {n})"])
+        return "decided_cond", (f"(lambda m: torch.cond({pred}, lambda a: {inner}, lambda a: a - 1, ({v},)){use})({m})")
+
+    def _cond_item(self, v, t, d, n):
+        """A size from `.item()` checked with torch._check, then used in a cond's predicate,
+        its operands' sizes and its branches."""
+        r = self.rng
+        k = r.choice([f"int(({v} > 0).sum().item())", f"int({v}.numel() - ({v} <= 0).sum().item())"])
+        pred = r.choice([f"u > {r.randint(0, 3)}", f"u < {n}", f"u * 2 >= {n}", "u % 2 == 0"])
+        return "cond_item", (f"(lambda u: (torch._check(u >= 0), torch._check(u <= {v}.numel()), "
+                             f"torch.cond({pred}, lambda a: a * u + a.shape[0], lambda a: a - torch.sym_float(u), "
+                             f"({v}.flatten()[:u],))[2].sum() + u)[-1])({k})")
+
+    def _scatter_sizes(self, v, t, d, n):
+        """scatter_ into an input or a fresh buffer, then size arithmetic and a cond over the
+        written tensor's sizes."""
+        r = self.rng
+        target = r.choice(["x0", f"{v}.clone()"])
+        tail = r.choice([f" * torch.sym_float({n})", f" + min({n}, x0.shape[0])", f" * ({n} // 2 + 1)",
+                         f".sum() * torch.sym_max({n}, x0.shape[0])"])
+        if target == "x0":
+            return "scatter_sizes", ("torch.cond(x0.shape[0] > 2, lambda a: a * a.shape[0], lambda a: a + 1, "
+                                     "(x0.scatter_(0, torch.zeros_like(x0, dtype=torch.long), 1.0),))"), None
+        return "scatter_sizes", (f"torch.cond({n} > 2, lambda a: a * a.shape[{d}], lambda a: a + 1, "
+                                 f"({target}.scatter_({d}, torch.zeros_like({v}, dtype=torch.long), 1.0),)){tail}")
+
+    def _window_copy(self, v, t, d, n):
+        """Copies between disjoint windows of one tensor, and draws into gapped windows."""
+        r = self.rng
+        c = f"{v}.clone()"
+        return "window_copy", r.choice([
+            f"(lambda c: (c.narrow({d}, 0, {n} // 2).copy_(c.narrow({d}, {n} // 2, {n} // 2)), c)[1])({c})",
+            f"(lambda c: (c.narrow({d}, 0, {n} // 2).add_(c.narrow({d}, {n} - {n} // 2, {n} // 2)), c)[1])({c})",
+            f"(lambda c: (c.movedim({d}, 0)[::2].bernoulli_(0.5), c)[1])({c})",
+            f"{c}.random_(0, 10) + {v}", f"{c}.random_(3) * {v}"])
 
 
 def namespace() -> dict:

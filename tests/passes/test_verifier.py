@@ -66,3 +66,20 @@ def test_subgraph_placeholders_bind_data_dependent_sizes():
                           (positive,))
 
     gp.verify(gp.export(fn, (torch.randn(8),)))
+
+
+def test_rejects_a_size_node_used_outside_its_graph():
+    """A branch that reads a size node of the enclosing graph directly (not through an
+    operand): the branch cannot compute it, and `ep.module()` would fail with a KeyError on
+    that node at its first call. The verifier names it at export."""
+    def fn(x):
+        y = x.new_ones(x.shape[0]) * x.shape[0]
+        return torch.cond(x.shape[0] > 3, lambda t: t * t.shape[0], lambda t: t + 1, (x,)) + y
+
+    ep = gp.export(fn, (torch.randn(6),), dynamic_shapes=({0: gp.Dim("n", max=16)},))
+    outer = next(n for n in ep.graph.nodes if n.target is torch.ops.aten.sym_size.int)
+    branch = ep.graph_module.true_graph_0
+    received = [n for n in branch.graph.nodes if n.op == "placeholder"][1]   # the size, passed as an operand
+    received.replace_all_uses_with(outer)
+    with pytest.raises(gp.InternalError, match=r"not in the graph"):
+        gp.verify(ep)

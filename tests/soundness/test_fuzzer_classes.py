@@ -189,3 +189,51 @@ def test_scan_refuses_the_size_one_carry_eager_rejects():
             ep.module()(torch.randn(3, n, 2))
     with pytest.raises(gp.OperatorError, match="same metadata"):
         gp.export(scan_from_a_transposed_row, (torch.randn(3, 1, 2),))
+
+
+def _scan_returning_its_carry(x):
+    from torch._higher_order_ops.scan import scan
+    return scan(lambda c, r: (c + r, c), torch.zeros_like(x[0]), x)[0]
+
+
+def _scan_returning_its_slice(x):
+    from torch._higher_order_ops.scan import scan
+    return scan(lambda c, r: (c + r, r), torch.zeros_like(x[0]), x)[1]
+
+
+def _map_returning_its_row(x):
+    from functorch.experimental import control_flow
+    return control_flow.map(lambda r: r, x)
+
+
+def _while_returning_its_carry(x):
+    from torch._higher_order_ops.while_loop import while_loop
+    return while_loop(lambda i, y: i.sum() < 3, lambda i, y: (i + 1, y), (torch.zeros(1), x))[1]
+
+
+@pytest.mark.parametrize("fn", [_scan_returning_its_carry, _scan_returning_its_slice, _map_returning_its_row,
+                                _while_returning_its_carry], ids=lambda f: f.__name__.strip("_"))
+def test_a_loop_body_returning_its_own_operand_is_refused_as_eager_refuses_it(fn):
+    """A scan body returning its carry (or its slice, a map body its row, a while_loop body
+    its carry) unchanged: torch's operators refuse outputs aliasing their inputs, in eager
+    too; graphport answered."""
+    x = torch.randn(4, 3)
+    with pytest.raises(Exception, match="aliasing"):
+        fn(x)
+    with pytest.raises(gp.ControlFlowError, match="not a new tensor") as e:
+        gp.export(fn, (x,))
+    assert isinstance(e.value, RuntimeError)
+
+
+def _divmod_and_min_of_a_data_dependent_size(x):
+    m = x.nonzero()
+    return x.new_ones(divmod(m.shape[0], 4)[1] + 1) * x.sum() + min(m.shape[0], 2) + max(m.shape[0], 1)
+
+
+def test_divmod_min_max_of_a_data_dependent_size_in_a_static_export():
+    """Sizes are symbolic in a static export too where they depend on data: divmod raised a
+    raw TypeError there (min/max asked for the data-dependent comparison)."""
+    x = torch.tensor([0.0, 1.0, -2.0, 3.0, 0.0, 5.0, 6.0])
+    ep = gp.export(_divmod_and_min_of_a_data_dependent_size, (x,))
+    for t in (x, torch.zeros(7), torch.ones(7), torch.arange(7.0)):
+        torch.testing.assert_close(ep.module()(t), _divmod_and_min_of_a_data_dependent_size(t))

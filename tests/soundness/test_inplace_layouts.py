@@ -102,12 +102,33 @@ _SMALLEST = {"expanded_clone_bernoulli": 2, "dropout_in_place": 1, "alpha_dropou
              "feature_dropout_in_place": 1}
 
 
-def test_in_place_draw_into_a_strided_window_of_symbolic_size_is_refused():
-    """A window with gaps (every other column) has no memory order that holds at every
-    size without comparing symbolic strides: refused, not drawn in another order."""
-    with pytest.raises(gp.UnsupportedFeatureError, match="draws random numbers in place") as e:
-        gp.export(strided_slice_bernoulli, (torch.randn(7, 5),), dynamic_shapes=({0: gp.Dim("n", min=0, max=16)},))
+@pytest.mark.parametrize("dims", [(0,), (1,), (0, 1)])
+def test_in_place_draw_into_a_strided_window_of_symbolic_size(dims):
+    """A window with gaps (every other column) is drawn in the order of its strides, which the
+    declared ranges prove the same at every size: as eager walks it, sizes 0 and 1 included."""
+    x = torch.randn(7, 5)
+    spec = ({d: gp.Dim(f"d{d}", min=0, max=16) for d in dims},)
+    ep = gp.export(strided_slice_bernoulli, (x,), dynamic_shapes=spec)
+    for n in ([0, 1, 2, 3, 16] if 0 in dims else [7]):
+        for m in ([0, 1, 2, 3, 16] if 1 in dims else [5]):
+            same_as_eager_under_seed(strided_slice_bernoulli, ep, torch.randn(n, m))
+
+
+def window_whose_order_flips(x):
+    k = x.shape[0]
+    x.view(-1).as_strided((2, 2), (3, 2 * k)).bernoulli_(0.5)
+    return x
+
+
+def test_in_place_draw_into_a_window_whose_memory_order_depends_on_the_size_is_refused():
+    """Strides (3, 2k): the first dimension is outer at k = 1, the second from k = 2 on. No
+    one permutation draws in eager's order at every size: refused, not drawn in another order."""
+    with pytest.raises(gp.UnsupportedFeatureError, match="draws random numbers in place|at other sizes") as e:
+        gp.export(window_whose_order_flips, (torch.randn(2, 8),), dynamic_shapes=({0: gp.Dim("k", min=1, max=16)},))
     assert isinstance(e.value, RuntimeError)
+    ep = gp.export(window_whose_order_flips, (torch.randn(2, 8),), dynamic_shapes=({0: gp.Dim("k", min=2, max=16)},))
+    for k in (2, 3, 16):
+        same_as_eager_under_seed(window_whose_order_flips, ep, torch.randn(k, 8))
 
 
 def _eager_raises(fn, x):
@@ -208,13 +229,63 @@ def test_writes_eager_computes_the_functional_way_still_export(fn):
         same_as_eager_under_seed(fn, ep, torch.randn(n, 4))
 
 
+def copy_from_the_upper_half(x):
+    h = x.shape[1] // 2
+    x[:, :h].copy_(x[:, h:2 * h])
+    return x
+
+
 def test_copy_between_disjoint_parts_of_one_tensor():
-    """At static sizes the parts are shown disjoint and the copy exports; where the sizes
-    are symbolic, whether they overlap is not settled for every size: refused, clearly."""
+    """The two halves of each row are disjoint at every size: the declared ranges prove it
+    (both windows step by the row stride, and within a row their columns are apart), so the
+    copy exports with dynamic dims and answers as eager at every size, 0 and 1 included."""
     x = torch.randn(6, 4)
     same_as_eager_under_seed(copy_between_halves, gp.export(copy_between_halves, (x,)), x)
-    with pytest.raises(gp.UnsupportedFeatureError, match="whether they overlap depends on the sizes"):
-        gp.export(copy_between_halves, (x,), dynamic_shapes=({0: gp.Dim("n", min=0, max=16)},))
+    ep = gp.export(copy_between_halves, (x,), dynamic_shapes=({0: gp.Dim("n", min=0, max=16)},))
+    for n in (0, 1, 2, 6, 16):
+        same_as_eager_under_seed(copy_between_halves, ep, torch.randn(n, 4))
+    half = gp.Dim("half", min=1, max=8)   # at 0 columns the copy records nothing (a size of its own)
+    ep = gp.export(copy_between_halves, (x,), dynamic_shapes=({0: gp.Dim("n", min=0, max=16), 1: 2 * half},))
+    for n in (0, 1, 3):
+        for m in (2, 4, 10, 16):
+            same_as_eager_under_seed(copy_between_halves, ep, torch.randn(n, m))
+    ep = gp.export(copy_from_the_upper_half, (x,),
+                   dynamic_shapes=({0: gp.Dim("n", min=0, max=16), 1: gp.Dim("m", min=2, max=17)},))
+    for n in (0, 1, 3):
+        for m in (2, 3, 4, 7, 17):
+            same_as_eager_under_seed(copy_from_the_upper_half, ep, torch.randn(n, m))
+
+
+def add_into_a_window_overlapping_itself_at_other_sizes(x):
+    k = x.shape[0]
+    x.view(-1).as_strided((2, k), (2, 1)).add_(1)
+    return x
+
+
+def add_a_window_equal_only_at_the_example(x):
+    h = x.shape[0] // 2
+    x[h - 2:h].add_(x[0:2])
+    return x
+
+
+@pytest.mark.parametrize("fn, example", [(add_into_a_window_overlapping_itself_at_other_sizes, (2, 2)),
+                                         (add_a_window_equal_only_at_the_example, (4, 3))],
+                         ids=["self_overlap_from_3", "same_window_at_4_only"])
+def test_a_window_that_overlaps_only_at_other_sizes_is_refused(fn, example):
+    """At the example the window's elements are apart (the reader is the written window
+    itself); at other sizes of the range they share memory, where eager adds twice to one
+    element (or refuses). The answer is proven for every size, not read off the example."""
+    x = torch.randn(*example)
+    with pytest.raises(gp.UnsupportedFeatureError, match="other sizes|depends on the sizes"):
+        gp.export(fn, (x,), dynamic_shapes=({0: gp.Dim("n", min=example[0] // 2 * 2, max=16)},))
+
+def test_eager_differs_from_the_functional_answer_where_those_windows_overlap():
+    """What the refusals above avoid: at 3 rows eager adds 1 twice to the shared element; at
+    6 rows eager refuses the partially overlapping add."""
+    assert add_into_a_window_overlapping_itself_at_other_sizes(torch.zeros(3, 2)).flatten().tolist() == \
+        [1, 1, 2, 1, 1, 0]
+    with pytest.raises(RuntimeError, match="single memory location"):
+        add_a_window_equal_only_at_the_example(torch.zeros(6, 3))
 
 
 def test_elementwise_write_reading_itself_at_a_data_dependent_size():
@@ -225,3 +296,26 @@ def test_elementwise_write_reading_itself_at_a_data_dependent_size():
         return y.add_(y)
     x = torch.randn(8)
     same_as_eager_under_seed(f, gp.export(f, (x,)), x)
+
+
+def _window_of_data_dependent_width(strides):
+    def fn(x):
+        k = x[x > 0].shape[0]
+        torch._check(k <= 4)
+        y = torch.zeros(20)
+        y.as_strided((2, k), strides).add_(1)
+        return y
+    return fn
+
+
+def test_a_window_of_data_dependent_size_is_proven_apart_or_refused():
+    """Strides (5, 1) keep the two rows of k <= 4 elements apart at every k: exports and
+    answers; strides (2, 1) overlap from k = 3 on (eager adds twice there): refused. There is
+    no example layout to look at, only the ranges."""
+    x = torch.tensor([1.0, -1, 2, 3, -4, 1])
+    apart_rows = _window_of_data_dependent_width((5, 1))
+    ep = gp.export(apart_rows, (x,))
+    for t in (x, torch.tensor([1.0, 2, 3, 4, -1, -1]), -x.abs()):
+        torch.testing.assert_close(ep.module()(t), apart_rows(t))
+    with pytest.raises(gp.UnsupportedFeatureError, match="may be one memory location"):
+        gp.export(_window_of_data_dependent_width((2, 1)), (x,))

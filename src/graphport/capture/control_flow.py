@@ -412,7 +412,9 @@ def _refuse_aliases(scope: Scope, outputs: list[TracerTensor], role: str, where:
         found = scope.bound_here(root)
         if _computed_alias(scope, t, root):
             continue
-        if scope.parent.find(root) is not None and (found is None or found.op == "placeholder"):
+        # an operand (a carried value or a scanned slice stands for one by a placeholder of its own)
+        # or a tensor from outside: torch's operators refuse outputs aliasing their inputs, in eager too
+        if (found is not None and found.op == "placeholder") or (scope.parent.find(root) is not None and found is None):
             raise ControlFlowError(
                 f"the {role} ({where}) returns {'an operand or outer tensor' if root is t else 'a view of an input'} "
                 f"at output {i} ({root.gp_label}), not a new tensor; branch outputs must not alias their inputs",

@@ -17,6 +17,7 @@ import sympy
 import torch
 
 from ..errors import UnsupportedFeatureError
+from . import memory_overlap
 
 # In-place random ops whose CPU kernel draws in memory order while their functional form
 # draws in logical order (the other in-place draws lay their functional result out like
@@ -62,6 +63,27 @@ def concrete_memory_order(shape, strides) -> list[int] | None:
     return sorted(range(len(shape)), key=lambda d: (shape[d] != 1, strides[d]), reverse=True)
 
 
+def proven_memory_order(meta: torch.Tensor) -> list[int] | None:
+    """The order TensorIterator walks a layout with symbolic strides (a window with gaps,
+    `x.t()[:, ::2]`): the example's order, where the declared ranges prove that every
+    dimension holding more than one element has a larger stride than the next one inward, at
+    every size (capture/memory_overlap.py's proofs); None where they do not, or where a size
+    depends on tensor values (no example to order by)."""
+    try:
+        shape, strides, _ = memory_overlap.example_layout(meta)
+    except memory_overlap.NoExampleLayout:
+        return None
+    order = concrete_memory_order(tuple(shape), tuple(strides))
+
+    def ordered(layouts, proves) -> bool:
+        sizes, steps, _ = layouts[0]
+        walked = [d for d in order if not proves(sympy.Le(sizes[d], 1))]
+        return all(proves(sympy.Gt(steps[outer], steps[inner])) for outer, inner in zip(walked, walked[1:]))
+
+    proofs = memory_overlap.Sizes([meta])
+    return order if proofs.proven(ordered, [memory_overlap.symbolic_layout(meta)]) else None
+
+
 def draw_permutation(meta: torch.Tensor) -> list[int] | None:
     """The permutation that makes `meta`'s logical order its memory order; None when the
     two agree already (a contiguous tensor). Read from the layout alone, not from which
@@ -70,6 +92,8 @@ def draw_permutation(meta: torch.Tensor) -> list[int] | None:
     order = memory_order(meta.shape, meta.stride())
     if order is None:
         order = concrete_memory_order(tuple(meta.shape), tuple(meta.stride()))
+    if order is None:
+        order = proven_memory_order(meta)
     if order is None:
         raise UnsupportedFeatureError(
             f"the program draws random numbers in place into a tensor of shape {list(meta.shape)} whose layout "

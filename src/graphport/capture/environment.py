@@ -44,7 +44,8 @@ def capture_environment(module_stack_hooks: tuple[Callable, Callable] | None, sy
     """Enter everything capture changes outside itself; restore it all on exit.
 
     `module_stack_hooks` is (pre, post) forward hooks that track the running module;
-    `symbolic` enables torch's Python meta kernels and symbolic builtin max/min;
+    `symbolic` enables torch's Python meta kernels; builtin max/min/divmod of symbolic sizes
+    stay symbolic in every capture;
     `autograd` lets autograd record the calls on tracers that require grad (the joint
     forward-backward replay), instead of dispatching below it.
     """
@@ -59,8 +60,9 @@ def capture_environment(module_stack_hooks: tuple[Callable, Callable] | None, sy
         if symbolic:
             # torch's Python meta kernels and references handle symbolic sizes; many C++ ones do not
             stack.enter_context(_torch.enable_python_dispatcher())
-            stack.enter_context(_symbolic_min_max())
-            stack.enter_context(_symbolic_divmod())
+        # sizes are symbolic in a static capture too where they depend on tensor values (nonzero, masks)
+        stack.enter_context(_symbolic_min_max())
+        stack.enter_context(_symbolic_divmod())
         if not autograd:
             stack.enter_context(_torch.below_autograd())
         yield

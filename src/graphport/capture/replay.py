@@ -42,6 +42,7 @@ from .received_sizes import ReceivedSizes
 from .recorder import Recorder
 from .sizes import SizeValues, is_sym
 from .tracer import TracerTensor
+from ..graph_code import keyword_safe
 
 pytree = _torch.pytree
 
@@ -137,7 +138,7 @@ def replay(gm: fx.GraphModule, policy: DispatchPolicy, inputs: ReplayInputs) -> 
     eliminate_dead_code(rec.graph, keep)
     new_constants = {name: target for name, target in rec.constant_targets.items()}
     renamed = {name: value.name if isinstance(value, fx.Node) else value for name, value in named.items()}
-    return Replayed(fx.GraphModule(owner, rec.graph, class_name="GraphModule"), new_constants,
+    return Replayed(fx.GraphModule(owner, keyword_safe(rec.graph), class_name="GraphModule"), new_constants,
                     {t: v for t, v in rec.constant_values.items() if t not in known}, renamed, report, tokens)
 
 

@@ -27,6 +27,7 @@ from ..shapes.expr import ValueRange
 from ..shapes.node import SymNode
 from .symbols import SymbolMap, range_from_torch
 from .to_torch import CONTRACT_META_KEY, KEYWORDS_META_KEY
+from ..graph_code import keyword_safe
 
 
 def from_torch(tep: texport.ExportedProgram) -> ExportedProgram:
@@ -211,7 +212,7 @@ def _convert_module(gm: fx.GraphModule, values: _Values) -> fx.GraphModule:
             attr = getattr(gm, node.target)
             root.register_module(node.target, _convert_module(attr, values)
                                  if isinstance(attr, fx.GraphModule) else attr)
-    return fx.GraphModule(root, graph, class_name="GraphModule")
+    return fx.GraphModule(root, keyword_safe(graph), class_name="GraphModule")
 
 
 def _functionalize_fresh_in_place(gm: fx.GraphModule) -> None:

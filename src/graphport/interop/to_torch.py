@@ -37,6 +37,7 @@ from ..shapes.expr import INF, ValueRange
 from ..shapes.symbols import name_number
 from .symbols import SymbolMap, range_to_torch, torch_size_symbol
 from .training_ir import drop_unserializable_meta, to_training_ir
+from ..graph_code import keyword_safe, keyword_safe_module
 
 CONTRACT_META_KEY = "graphport_shape_contract"   # graph_module.meta: our contract, for from_torch
 KEYWORDS_META_KEY = "graphport_keywords_by_name"  # graph_module.meta: keyword arguments may come in any order
@@ -83,6 +84,7 @@ def to_torch(ep: ExportedProgram, dialect: str = "TRAINING") -> texport.Exported
         state_dict=_own_storage(ep.state_dict), range_constraints=_range_constraints(ep, contract, symbols),
         module_call_graph=[_call_entry(e) for e in ep.module_call_graph],
         example_inputs=tree_map(_own_storage_one, ep.example_inputs), constants=_own_storage(ep.constants), verifiers=[_VERIFIERS[dialect]])
+    keyword_safe_module(tep.graph_module)   # torch rebuilt it with fx's code, which a keyword-named op breaks
     if contract is not None:
         tep.graph_module.meta[CONTRACT_META_KEY] = contract.to_json()
     if ep.call_spec.keywords_by_name:
@@ -331,7 +333,7 @@ def _convert_graph(gm: fx.GraphModule, values: _Values, root_entry: dict) -> tup
             attr = getattr(gm, node.target)
             root.register_module(node.target, fx.GraphModule(*_convert_graph(attr, values, root_entry))
                                  if isinstance(attr, fx.GraphModule) else attr)
-    return root, graph
+    return root, keyword_safe(graph)
 
 
 def _bind_computed_symbols(graph: fx.Graph, root: torch.nn.Module, contract: ShapeContract,

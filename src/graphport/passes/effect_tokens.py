@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 import torch.fx as fx
 
 from ..signature import ExportGraphSignature, InputKind, OutputKind
+from ..graph_code import keyword_safe
 
 if TYPE_CHECKING:   # passes take a program and return ep.replace(...): they sit below program.py
     from ..program import ExportedProgram
@@ -64,5 +65,5 @@ def without_effect_tokens(ep: ExportedProgram) -> ExportedProgram:
             env[node] = graph.node_copy(node, env.__getitem__)
     signature = ExportGraphSignature([s for s in sig.input_specs if s.kind is not InputKind.TOKEN],
                                      [s for s in sig.output_specs if s.kind is not OutputKind.TOKEN])
-    return ep.replace(graph_module=fx.GraphModule(ep.graph_module, graph, class_name="GraphModule"),
+    return ep.replace(graph_module=fx.GraphModule(ep.graph_module, keyword_safe(graph), class_name="GraphModule"),
                       graph_signature=signature)

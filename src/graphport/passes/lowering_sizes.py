@@ -27,6 +27,7 @@ from ..shapes.spec import InputShapes
 from ..signature import InputKind
 from ..values import graph_copy
 from .small_sizes import prove_small_sizes
+from ..graph_code import keyword_safe
 
 
 @dataclass(frozen=True)
@@ -99,7 +100,7 @@ def _inputs_pinned(gm: fx.GraphModule, user: list[str], pinned: InputShapes) -> 
                                                    pinned.env)
         elif isinstance(val, torch.SymInt) and i in pinned.scalars:
             by_name[name].meta["val"] = symint(pinned.scalars[i], pinned.env)
-    return fx.GraphModule(gm, graph, class_name=gm._get_name())
+    return fx.GraphModule(gm, keyword_safe(graph), class_name=gm._get_name())
 
 
 def _hint(size) -> int:
