@@ -401,7 +401,7 @@ def check_shapes(contract, flat: list, paths: list[str]) -> None:
                 fix=f"pass {paths[i]} with shape[{d}] == {want}, keeping the relations declared in dynamic_shapes")
     for relation in contract.relations:
         if relation.rel.xreplace(values) is not sympy.true:
-            readable = relation.rel.xreplace({s: sympy.Symbol(names[s]) for s in relation.rel.free_symbols})
+            readable = relation.rel.xreplace({s: sympy.Symbol(names.get(s, str(s))) for s in relation.rel.free_symbols})
             site = f" (recorded at {relation.location})" if relation.location else ""
             shown = {names[s]: v for s, v in values.items()}
             raise InputGuardError(f"the inputs' sizes {shown} break the program's shape relation {readable}{site}",

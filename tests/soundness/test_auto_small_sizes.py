@@ -9,6 +9,8 @@ the line that decides, and the program's range_constraints start where it is val
 from __future__ import annotations
 
 import random
+import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -145,3 +147,46 @@ def test_saved_and_loaded_program_keeps_the_reason(tmp_path):
     assert _lower(loaded) == 2
     with pytest.raises(gp.InputGuardError, match="at x_size_0 = 1"):
         loaded.module()(torch.randn(1, 3))
+
+
+class TiedLengths(torch.nn.Module):
+    """ids and mask, each declared with a hint of its own, tied by the matmul that pairs them
+    (as attention ties input_ids and attention_mask), and a decision on the length that does
+    not change the computation (as `q_length > 1` picks causal attention)."""
+
+    def forward(self, ids, mask):
+        out = torch.bmm(ids.unsqueeze(-1) * ids.unsqueeze(-2), mask.unsqueeze(-1))
+        if ids.shape[1] > 1:
+            return out * 2
+        return out * 2
+
+
+@pytest.mark.parametrize("hint", HINTS)
+def test_sizes_tied_by_the_program_are_proven_together(hint):
+    """Proving length 1 pins the mask's length with the ids' (the program requires them
+    equal): pinned alone, the proof would trace a mask the program never accepts and refuse
+    length 1 saying the program fails there, which eager does not."""
+    dims = {0: hint, 1: hint}
+    ep = gp.export(TiedLengths(), (torch.randn(2, 5), torch.randn(2, 5)), dynamic_shapes=(dims, dims))
+    assert all(int(r.lower) == 0 for r in ep.range_constraints.values())
+    for b, t in [(1, 1), (2, 1), (0, 1), (1, 0), (3, 0), (2, 2), (4, 7)]:
+        compare_call(TiedLengths(), ep, (torch.randn(b, t), torch.randn(b, t)), label=f"b = {b}, t = {t}")
+    with pytest.raises(gp.InputGuardError):   # the tie is kept: eager fails on such inputs too
+        ep.module()(torch.randn(2, 1), torch.randn(2, 3))
+
+
+@pytest.mark.parametrize("name", ["bert", "gpt2"])
+def test_one_token_is_answered_by_text_models_exported_with_auto(name):
+    """input_ids and attention_mask, each with Dim.AUTO dims, tied by attention: one token
+    (decoding) is answered as eager answers it, not refused."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+    from bench import zoo
+
+    built = getattr(zoo, name)()
+    model = built.module.eval()
+    args, kwargs = built.example_inputs()
+    spec = {key: {0: Dim.AUTO, 1: Dim.AUTO} for key in kwargs}
+    ep = gp.export(model, args, kwargs, dynamic_shapes=spec)
+    for batch, length in [(1, 1), (2, 1), (1, 5)]:
+        args, kwargs = built.make_inputs(batch=batch, seq=length)
+        compare_call(model, ep, args, kwargs, exact=False, label=f"batch {batch}, length {length}")

@@ -667,8 +667,8 @@ def _operator_error(func, e: Exception, meta_args: tuple, meta_kwargs: dict) -> 
             f"{func.name()} fails on the symbolic sizes graphport worked out ({message}), but eager PyTorch runs it "
             "at the example's sizes: graphport cannot yet show this call valid over the declared ranges",
             fix="mark the dimensions reaching this call static, or narrow their Dims, to export for now")
-    return OperatorError(
-        f"{func.name()} failed on the example inputs: {message}",
+    return OperatorError(   # not "on the example": a small-size proof traces other sizes
+        f"{func.name()} failed: {message}",
         fix="this call fails the same way in eager PyTorch; check the shapes and dtypes reaching it"
             if in_eager is False else "check the shapes and dtypes reaching this call")
 

@@ -153,7 +153,7 @@ class Outcome:
 
 class _Session:
     def __init__(self, shapes: InputShapes, pins: dict):
-        self.pins = pins
+        pins = self.pins = shapes.env.with_tied_sizes(pins)
         pinned = shapes.pinned(pins)
         self.env: ShapeEnv = pinned.env
         self.original_guards = {g.rel.xreplace(pins) for g in shapes.env.guards}

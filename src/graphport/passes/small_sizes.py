@@ -125,7 +125,13 @@ def _combinations(retrace, shapes: InputShapes, graph: fx.Graph, constants: dict
                   proven: list) -> None:
     """Several symbols small at once: each combination is traced, or excluded, unless the
     operator-by-operator proof proved it (`proven`)."""
-    smalls = {s: vs for s, vs in report.valid.items() if vs}
+    smalls, tied = {}, set()
+    # a size tied to another's is pinned with it (_try); the contract speaks of the symbols
+    # the capture kept, so those are the ones combined
+    for sym, sizes in sorted(report.valid.items(), key=lambda item: item[0] in shapes.env.replacements):
+        if sizes and sym not in tied:
+            smalls[sym] = sizes
+            tied |= shapes.env.with_tied_sizes({sym: sympy.Integer(sizes[0])}).keys()
     if len(smalls) < 2:
         return
     combos = [dict(zip(smalls, values)) for values in itertools.product(*smalls.values())]
@@ -158,7 +164,7 @@ def _proven_within(pins: dict, within: dict) -> bool:
 def _try(pins: dict[sympy.Symbol, int], retrace, shapes: InputShapes, graph: fx.Graph, constants: dict,
          report: SmallSizeReport):
     """(why the pinned sizes are not valid, or None; the pinned trace's own assumptions)."""
-    pins = {s: sympy.Integer(v) for s, v in pins.items()}
+    pins = shapes.env.with_tied_sizes({s: sympy.Integer(v) for s, v in pins.items()})
     pinned = shapes.pinned(pins)
     report.traces += 1
     try:

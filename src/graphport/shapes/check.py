@@ -295,8 +295,8 @@ def build_contract(shapes: InputShapes, kept: list[Guard], valid_from: dict[symp
         symbols[sym] = SymbolFact(sym, info.dim_name, ranges[sym], InputDimension(index, dim, coeff, offset),
                                   least, env.assumption_sites.get(sym) if least is not None else None, reason)
     relations = [Relation(g.rel, g.location) for g in kept]
-    relations += [Relation(sympy.Not(sympy.And(*[sympy.Eq(s, v) for s, v in pins.items()])), None)
-                  for pins in exclusions]
+    relations += [Relation(sympy.Not(sympy.And(*[sympy.Eq(s.xreplace(env.replacements), v) for s, v in pins.items()])),
+                           None) for pins in exclusions]
     return ShapeContract(symbols, dims, relations)
 
 

@@ -121,6 +121,35 @@ class ShapeEnv:
         self._by_ranges = other._by_ranges
         self._arith = other._arith
 
+    def with_tied_sizes(self, pins: dict) -> dict:
+        """`pins` (symbol -> size) with every symbol this environment proved equal to a pinned
+        size pinned too, for a "what if" at those sizes.
+
+        Two inputs declared with symbols of their own (Dim.AUTO on `input_ids` and on its
+        `attention_mask`) are tied by the operator that pairs them: the capture replaces one
+        symbol by the other, or keeps their equality as a guard, and every call the program
+        accepts has both at the same value. Pinning one alone would look at inputs the program
+        never accepts (a mask of another length than its ids) and find a failure eager never
+        meets. A tied size outside its own declared range is left open: no call has it."""
+        ties = list(self.replacements.items())
+        for guard in self.guards:
+            for rel in sympy.And.make_args(guard.rel):   # a guard may state several equalities at once
+                if isinstance(rel, sympy.Eq):
+                    ties += [(rel.lhs, rel.rhs), (rel.rhs, rel.lhs)]
+        closed = dict(pins)
+        changed = True
+        while changed:
+            changed = False
+            for sym, target in ties:
+                if sym in closed or sym not in self.symbols:
+                    continue
+                value = target.xreplace(closed)
+                declared = self.symbols[sym].declared
+                if value.is_Integer and declared.lower <= value <= declared.upper:
+                    closed[sym] = sympy.Integer(value)
+                    changed = True
+        return closed
+
     def fork(self, pinned: frozenset | set = frozenset(), *, with_facts: bool = False) -> "ShapeEnv":
         """A new environment for a "what if" about this one (sizes pinned, a re-trace): the
         same symbols and declared ranges, less those in `pinned`, sharing only the caches of
