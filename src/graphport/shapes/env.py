@@ -143,7 +143,10 @@ class ShapeEnv:
             for sym, target in ties:
                 if sym in closed or sym not in self.symbols:
                     continue
-                value = target.xreplace(closed)
+                try:
+                    value = target.xreplace(closed)
+                except ZeroDivisionError:   # a division by a size pinned to 0: no tie to follow
+                    continue
                 declared = self.symbols[sym].declared
                 if value.is_Integer and declared.lower <= value <= declared.upper:
                     closed[sym] = sympy.Integer(value)
