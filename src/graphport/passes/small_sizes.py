@@ -163,8 +163,23 @@ def _proven_within(pins: dict, within: dict) -> bool:
 
 def _try(pins: dict[sympy.Symbol, int], retrace, shapes: InputShapes, graph: fx.Graph, constants: dict,
          report: SmallSizeReport):
-    """(why the pinned sizes are not valid, or None; the pinned trace's own assumptions)."""
-    pins = shapes.env.with_tied_sizes({s: sympy.Integer(v) for s, v in pins.items()})
+    """(why the pinned sizes are not valid, or None; the pinned trace's own assumptions).
+
+    The sizes tied to the pinned ones are pinned with them (ShapeEnv.with_tied_sizes); where
+    capture cannot follow the program at the tied sizes (graphport's own error), the pins are
+    tried alone, as they were given."""
+    given = {s: sympy.Integer(v) for s, v in pins.items()}
+    tied = shapes.env.with_tied_sizes(given)
+    if tied == given:
+        return _try_pins(given, retrace, shapes, graph, constants, report)
+    try:
+        return _try_pins(tied, retrace, shapes, graph, constants, report)
+    except Exception:
+        return _try_pins(given, retrace, shapes, graph, constants, report)
+
+
+def _try_pins(pins: dict[sympy.Symbol, sympy.Integer], retrace, shapes: InputShapes, graph: fx.Graph,
+              constants: dict, report: SmallSizeReport):
     pinned = shapes.pinned(pins)
     report.traces += 1
     try:
