@@ -222,3 +222,12 @@ def test_differences_of_two_floor_divisions_are_decided_only_where_true(first, s
 ])
 def test_relations_the_paired_and_signed_division_bounds_settle(rel, ranges):
     assert decide(rel, ranges) is True
+
+
+def test_a_relaxed_quotient_has_no_remainder_to_round_to():
+    """Bounds of `(a + Mod(-a, 2))/2` relaxed to rational coefficients are not rounded into a
+    residue class: at a = 0 the padded quotient is 0, at a = 1 it is 1."""
+    a = sympy.Symbol("a", integer=True)
+    quotient = FloorDiv(a + Mod(-a, 2), 2)
+    assert decide(sympy.Eq(1, quotient, evaluate=False), {a: ValueRange(0, 1)}) is None
+

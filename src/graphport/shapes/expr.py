@@ -693,7 +693,11 @@ def decide(rel: sympy.Basic, ranges: dict[sympy.Symbol, ValueRange]) -> bool | N
 def _within_residue(expr: sympy.Expr, lo, hi) -> tuple:
     """Bounds of a sum tightened to the values it can take modulo k, where the normal form
     fixes its remainder by k (k the modulus of a Mod inside it): a side padded to a multiple of
-    7 (`h + Mod(-h, 7)`) with h >= 1 is at least 7, and that side less 8 at least -1."""
+    7 (`h + Mod(-h, 7)`) with h >= 1 is at least 7, and that side less 8 at least -1. Only a
+    sum with integer coefficients has a remainder: a relaxed quotient (`-a/2 - Mod(-a, 2)/2 + 1`)
+    takes values between the integers."""
+    if not all(c.is_Integer for c in expr.as_coefficients_dict().values()):
+        return lo, hi
     for k in {int(m.args[1]) for m in expr.atoms(Mod) if m.args[1].is_Integer and int(m.args[1]) > 1}:
         remainder = Mod(expr, k)
         if not remainder.is_Integer:
