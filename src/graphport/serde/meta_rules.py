@@ -21,6 +21,8 @@ from typing import Any, Callable
 
 import torch
 
+from ..capture.pointwise_meta import broadcast_shapes
+
 aten = torch.ops.aten
 
 _FLOATS = frozenset({torch.float16, torch.bfloat16, torch.float32, torch.float64})
@@ -82,16 +84,6 @@ def _number(value: Any) -> bool:
     return type(value) in (int, float, bool)
 
 
-def _broadcast(*shapes: Shape) -> Shape | None:
-    out: list[int] = []
-    for i in range(1, max(map(len, shapes), default=0) + 1):
-        sizes = {s[-i] for s in shapes if len(s) >= i}
-        if len(sizes) > 2 or len(sizes) == 2 and 1 not in sizes:
-            return None
-        out.append(next(iter(sizes - {1}), 1))
-    return tuple(reversed(out))
-
-
 def _operands(bound: dict, names: tuple[str, ...]) -> tuple[list[Shape], list[Any]] | None:
     """Shapes of the tensor operands and the operands themselves (tensors or numbers)."""
     shapes, values = [], []
@@ -117,7 +109,7 @@ def _elementwise(names: tuple[str, ...], *, result: Callable[[list[Any]], torch.
         found = _operands(bound, names)
         if found is None or not found[0]:
             return None
-        shape = _broadcast(*found[0])
+        shape = broadcast_shapes(found[0])
         dtype = result(found[1])
         return None if shape is None or dtype is None else (dtype, shape)
     return rule
@@ -180,7 +172,7 @@ def _where(bound: dict) -> Result | None:
     if condition is None or bound["condition"].dtype != torch.bool or found is None or not found[0]:
         return None
     dtype = _arithmetic(found[1])
-    shape = _broadcast(condition, *found[0])
+    shape = broadcast_shapes([condition, *found[0]])
     return None if shape is None or dtype is None else (dtype, shape)
 
 
@@ -247,7 +239,7 @@ def _addmm(bound: dict) -> Result | None:
     if None in shapes or _same_float(*(bound[n] for n in ("self", "mat1", "mat2"))) is None:
         return None
     bias, m1, m2 = shapes
-    if len(m1) != 2 or len(m2) != 2 or m1[1] != m2[0] or len(bias) > 2 or _broadcast(bias, (m1[0], m2[1])) != (m1[0], m2[1]):
+    if len(m1) != 2 or len(m2) != 2 or m1[1] != m2[0] or len(bias) > 2 or broadcast_shapes([bias, (m1[0], m2[1])]) != (m1[0], m2[1]):
         return None
     return bound["mat1"].dtype, (m1[0], m2[1])
 
@@ -297,7 +289,7 @@ def _attention(bound: dict) -> Result | None:
         shape = _tensor(mask)
         scores = (q[0], q[1], q[2], k[2])
         if shape is None or mask.dtype not in (torch.bool, bound["query"].dtype) or len(shape) > 4 \
-                or _broadcast(shape, scores) != scores:
+                or broadcast_shapes([shape, scores]) != scores:
             return None
     return bound["query"].dtype, q[:3] + v[3:]
 
