@@ -18,7 +18,6 @@ from __future__ import annotations
 import logging
 from typing import Callable
 
-import sympy
 import torch
 import torch.fx
 
@@ -26,6 +25,7 @@ from .capture import Captured
 from .capture.branch_split import QuestionTree, Splitting, split_program
 from .program import ExportedProgram
 from .shapes.expr import same_value
+from .shapes.node import size_expr
 from .shapes.spec import InputShapes
 
 log = logging.getLogger("graphport.shapes")
@@ -184,8 +184,6 @@ def _same_output_layouts(a: list, b: list) -> bool:
 
 
 def _same_sizes(a, b) -> bool:
-    return all(same_value(_expr(x), _expr(y)) for x, y in zip(a, b))
+    return all(same_value(size_expr(x), size_expr(y)) for x, y in zip(a, b))
 
 
-def _expr(size) -> sympy.Expr:
-    return size.node.expr if isinstance(size, torch.SymInt) else sympy.Integer(size)

@@ -30,6 +30,7 @@ import torch
 
 from ..op_args import arg_leaves, map_args
 from ..shapes.expr import ValueRange, decide
+from ..shapes.node import size_expr
 
 
 class NoExampleLayout(Exception):
@@ -91,12 +92,8 @@ def _share(a, b) -> bool:
 Layout = tuple[list[sympy.Expr], list[sympy.Expr], sympy.Expr]   # sizes, strides, storage offset
 
 
-def _expr(value: Any) -> sympy.Expr:
-    return value.node.expr if isinstance(value, torch.SymInt) else sympy.Integer(value)
-
-
 def symbolic_layout(meta: torch.Tensor) -> Layout:
-    return [_expr(s) for s in meta.shape], [_expr(s) for s in meta.stride()], _expr(meta.storage_offset())
+    return [size_expr(s) for s in meta.shape], [size_expr(s) for s in meta.stride()], size_expr(meta.storage_offset())
 
 
 def _same_expr(a: sympy.Expr, b: sympy.Expr) -> bool:

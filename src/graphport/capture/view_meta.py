@@ -21,7 +21,7 @@ import torch
 
 from ..errors import OperatorError
 from ..shapes.expr import exact_ratio, same_value
-from ..shapes.node import symint
+from ..shapes.node import size_expr, symint
 from .pointwise_meta import contiguous, symbolic_sizes
 
 aten = torch.ops.aten
@@ -39,8 +39,8 @@ def view_meta(func, args: tuple, kwargs: dict) -> torch.Tensor | None:
     env = next(s.node.env for s in x.shape if isinstance(s, torch.SymInt))
     numel = sympy.Integer(1)
     for s in x.shape:
-        numel = numel * _expr(s)
-    if not _equal(_expr(x.untyped_storage().nbytes()), numel * x.element_size()):
+        numel = numel * size_expr(s)
+    if not same_value(size_expr(x.untyped_storage().nbytes()), numel * x.element_size()):
         return None
     known, inferred = sympy.Integer(1), [i for i, s in enumerate(shape) if type(s) is int and s == -1]
     if len(inferred) > 1 or any(type(s) is int and s < 0 and s != -1 for s in shape) \
@@ -48,7 +48,7 @@ def view_meta(func, args: tuple, kwargs: dict) -> torch.Tensor | None:
         return None
     for i, s in enumerate(shape):
         if i not in inferred:
-            known = known * _expr(s)
+            known = known * size_expr(s)
     sizes: list[Any] = list(shape)
     if inferred:
         # the quotient with its common factors cancelled: expanding `(64*s + 64)/(16*s + 16)`
@@ -59,17 +59,10 @@ def view_meta(func, args: tuple, kwargs: dict) -> torch.Tensor | None:
         if not env.proves(sympy.Gt(known, 0)) or quotient is None:
             return None   # an ambiguous -1 at no elements (eager raises), or not an exact quotient
         sizes[inferred[0]] = symint(sympy.expand(quotient), env)
-    elif not _equal(known, numel):
+    elif not same_value(known, numel):
         return None
     return torch.empty(sizes, dtype=x.dtype, device="meta")
 
-
-def _expr(size) -> sympy.Expr:
-    return size.node.expr if isinstance(size, torch.SymInt) else sympy.Integer(size)
-
-
-def _equal(a: sympy.Expr, b: sympy.Expr) -> bool:
-    return same_value(a, b)
 
 
 def _row_major(x: torch.Tensor) -> bool:
@@ -78,15 +71,15 @@ def _row_major(x: torch.Tensor) -> bool:
     window-partitioned tensor (`196*((hp)//(7))`) are the products of its sizes (`28*hp`, for
     `hp` a multiple of 7). As in pointwise_meta.contiguous, a dimension of the constant size 1
     does not constrain its stride, and the products may clamp sizes at 1 (torch's layout)."""
-    if not same_value(_expr(x.storage_offset()), sympy.Integer(0)):
+    if not same_value(size_expr(x.storage_offset()), sympy.Integer(0)):
         return False
     plain, clamped = sympy.Integer(1), sympy.Integer(1)
     for size, stride in zip(reversed(x.shape), reversed(x.stride())):
         if not (type(size) is int and size == 1):
-            if not (same_value(_expr(stride), plain) or same_value(_expr(stride), clamped)):
+            if not (same_value(size_expr(stride), plain) or same_value(size_expr(stride), clamped)):
                 return False
-        plain = plain * _expr(size)
-        clamped = clamped * (_expr(size) if type(size) is int else sympy.Max(_expr(size), 1, evaluate=False))
+        plain = plain * size_expr(size)
+        clamped = clamped * (size_expr(size) if type(size) is int else sympy.Max(size_expr(size), 1, evaluate=False))
     return True
 
 # -- the `-1` of a reshape -------------------------------------------------------------------------
@@ -118,10 +111,10 @@ def reshape_sizes(sizes: list, shape: list) -> list | None:
         return None   # torch's own path: its errors for other negative sizes
     numel, known = sympy.Integer(1), sympy.Integer(1)
     for s in sizes:
-        numel = numel * _expr(s)
+        numel = numel * size_expr(s)
     for i, s in enumerate(shape):
         if i != inferred[0]:
-            known = known * _expr(s)
+            known = known * size_expr(s)
     product = math.prod(s for i, s in enumerate(shape) if i != inferred[0])
     if product == 0:   # a question on symbolic sizes: decided inside the metadata computation
         raise OperatorError(

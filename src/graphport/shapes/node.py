@@ -735,6 +735,11 @@ class ShapeEnvAdapter:
         return self.env.hint_of(expr)
 
 
+def size_expr(size) -> sympy.Expr:
+    """A size, stride or offset as an expression: a symbolic one's own, a number as an Integer."""
+    return size.node.expr if isinstance(size, torch.SymInt) else sympy.Integer(size)
+
+
 def symint(expr: sympy.Expr, env: ShapeEnv) -> torch.SymInt | int:
     expr = env.simplify(expr)
     if expr.is_Integer:
