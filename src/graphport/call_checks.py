@@ -19,14 +19,14 @@ globals, never into the text, except integers.
 """
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
-import sympy
 import torch
 
 from . import _torch
-from .shapes.contract import ComputedValue
-from .shapes.expr import INF, FloorDiv, Mod
+
+if TYPE_CHECKING:   # the shape algebra (sympy) is imported where a program has a shape contract
+    import sympy
 
 pytree = _torch.pytree
 
@@ -163,6 +163,8 @@ def _destructure_kwargs(src: _Source, spec: pytree.TreeSpec, leaves: list[str], 
 def _contract_checks(src: _Source, contract, shapes: dict[int, str]) -> None:
     """Each symbol read from its dimension and checked against its range (and the size it
     is valid from); every dynamic dimension equal to its expression; every relation true."""
+    from .shapes.contract import ComputedValue
+    from .shapes.expr import INF
     names: dict[sympy.Symbol, str] = {}
     read_as_is: set = set()
     for sym, fact in contract.symbols.items():
@@ -199,6 +201,7 @@ def _contract_checks(src: _Source, contract, shapes: dict[int, str]) -> None:
 
 def _integer(value) -> int:
     """An integer written into the source: only ints (a loaded program's contract is data)."""
+    import sympy
     if type(value) is int or (isinstance(value, sympy.Basic) and value.is_Integer):
         return int(value)
     raise _Unsupported
@@ -207,6 +210,9 @@ def _integer(value) -> int:
 def _python(expr: sympy.Basic, names: dict[sympy.Symbol, str]) -> str:
     """Python source computing `expr` on Python ints as substituting the sizes into the sympy
     expression does (integers only: any other number is left to the general checks)."""
+    import sympy
+
+    from .shapes.expr import FloorDiv, Mod
     if expr is sympy.true or expr is sympy.false:
         return str(bool(expr))
     if isinstance(expr, sympy.Symbol):

@@ -180,3 +180,9 @@ class ArtifactError(GraphportError, RuntimeError):
     def __init__(self, what: str, **kw):
         kw.setdefault("find_location", False)
         super().__init__(what, **kw)
+
+
+def short(value) -> str:
+    """A value quoted in an error message (an archive's, mostly), cut to one line's worth."""
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."

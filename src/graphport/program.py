@@ -12,9 +12,8 @@ from __future__ import annotations
 import copy
 import dataclasses
 from dataclasses import dataclass, field
-from typing import Any, Iterator
+from typing import TYPE_CHECKING, Any, Iterator
 
-import sympy
 import torch
 import torch.fx as fx
 
@@ -22,10 +21,11 @@ from . import _torch
 from .errors import UnsupportedFeatureError, UnsupportedInputError
 from .values import finish_metadata, module_copy, plain_copy
 from .passes.verifier import TrainingIRVerifier, Verifier
-from .shapes.contract import ShapeContract
-from .shapes.env import ShapeEnv
-from .shapes.node import display_names
 from .signature import ExportGraphSignature
+
+if TYPE_CHECKING:   # a static program's load and call do not import the shape algebra (sympy)
+    from .shapes.contract import ShapeContract
+    from .shapes.env import ShapeEnv
 
 # A field with this metadata is not part of the artifact: `gp.save` leaves it out and a loaded
 # program has its default (tests/test_program_record.py checks every other field is written).
@@ -189,6 +189,9 @@ class ExportedProgram:
         raise RuntimeError("an ExportedProgram is not callable; call ep.module()(*args) instead")
 
     def __str__(self) -> str:
+        import sympy
+
+        from .shapes.node import display_names
         names = self.shape_contract.display_symbols() if self.shape_contract is not None else {}
         with display_names(names):
             body = plain_copy(self.graph_module).print_readable(print_output=False, colored=False).replace(

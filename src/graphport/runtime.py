@@ -14,7 +14,6 @@ from __future__ import annotations
 import keyword
 from typing import Any
 
-import sympy
 import torch
 import torch.fx as fx
 
@@ -22,8 +21,6 @@ from . import _torch
 from .call_checks import build_input_checker, build_output_builder
 from .errors import InputGuardError, InputStructureError, RuntimeCheckError
 from .values import plain_copy
-from .shapes.contract import ComputedValue
-from .shapes.unbacked import ASSERT_PREFIX
 from .signature import ConstantArgument, InputKind, OutputKind, SymIntArgument
 from .graph_code import keyword_safe
 
@@ -334,6 +331,7 @@ class ExportedModule(fx.GraphModule):
 def failed_check(error: RuntimeError) -> RuntimeCheckError | None:
     """A failed runtime assertion of the program's own (capture/data_dependent.py), as a
     graphport error naming the check and the line that stated it."""
+    from .shapes.unbacked import ASSERT_PREFIX   # the shape algebra: imported on a failure only
     text = str(error)
     start = text.find(ASSERT_PREFIX)
     if start < 0:
@@ -352,6 +350,9 @@ def failed_check(error: RuntimeError) -> RuntimeCheckError | None:
 def check_shapes(contract, flat: list, paths: list[str]) -> None:
     """Dynamic dims: each symbol in its range and at a size the capture holds for, every dim
     equal to its expression, every relation true."""
+    import sympy
+
+    from .shapes.contract import ComputedValue
     names = contract.names
     values, where = {}, {}
     for sym, fact in contract.symbols.items():

@@ -40,7 +40,7 @@ def example():
     return Block().eval(), (torch.randn(2, 5, 8), torch.randint(0, 10, (2, 5)))
 
 
-def test_a_static_block_loads_in_a_fresh_process_without_torch_dynamo(tmp_path):
+def test_a_static_block_loads_and_runs_in_a_fresh_process_without_torch_dynamo_sympy_or_capture(tmp_path):
     model, args = example()
     ep = gp.export(model, args)
     path = tmp_path / "block.gport"
@@ -61,6 +61,9 @@ def test_a_static_block_loads_in_a_fresh_process_without_torch_dynamo(tmp_path):
         saved = torch.load({str(tmp_path / "io.pt")!r})
         got = ep.module()(*saved["args"])
         assert all(torch.equal(a, b) for a, b in zip(got, saved["expected"]))
+        # a static program has no sizes to reason about: neither the shape algebra nor capture
+        assert "sympy" not in sys.modules, "loading or calling a static program imported sympy"
+        assert not [m for m in sys.modules if m.startswith("graphport.capture")], "load imported capture"
         print("ok")
     """)
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)

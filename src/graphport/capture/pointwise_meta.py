@@ -29,6 +29,7 @@ from typing import Any
 
 import torch
 
+from ..shapes.broadcast import broadcast_shapes, is_one as _is_one, same_size, same_sizes
 from .meta_probe import probe
 
 aten = torch.ops.aten
@@ -104,40 +105,6 @@ def symbolic_sizes(tensors) -> bool:
     questions only torch's path knows how to avoid)."""
     sizes = [s for t in tensors for s in (*t.shape, *t.stride()) if isinstance(s, torch.SymInt)]
     return bool(sizes) and all(s.node.has_hint() for s in sizes)
-
-
-def broadcast_shapes(shapes: list[tuple]) -> tuple | None:
-    """The broadcast shape where every dimension's sizes are one expression or the constant 1."""
-    rank = max(len(s) for s in shapes)
-    out = []
-    for d in range(-rank, 0):
-        size: Any = 1
-        for s in shapes:
-            if -d > len(s):
-                continue
-            here = s[d]
-            if _is_one(here) or same_size(here, size):
-                continue
-            if not _is_one(size):
-                return None
-            size = here
-        out.append(size)
-    return tuple(out)
-
-
-def _is_one(size) -> bool:
-    return type(size) is int and size == 1
-
-
-def same_size(a, b) -> bool:
-    """The same size at every point of the ranges: equal expressions (no question asked)."""
-    if isinstance(a, torch.SymInt) and isinstance(b, torch.SymInt):
-        return a.node.expr == b.node.expr
-    return type(a) is int and type(b) is int and a == b
-
-
-def same_sizes(a, b) -> bool:
-    return len(a) == len(b) and all(map(same_size, a, b))
 
 
 def contiguous(t: torch.Tensor) -> bool:

@@ -15,29 +15,44 @@ use of those values downstream is checked as any other.
 from __future__ import annotations
 
 import contextlib
-from typing import Any, Iterator
+from typing import TYPE_CHECKING, Any, Iterator
 
-import sympy
 import torch
 import torch.fx as fx
 
 from .. import _torch
-from ..capture.environment import capture_environment
-from ..capture.meta_cache import MetaCache
 from ..errors import ArtifactError
 from ..values import RuntimeValue
-from ..shapes.env import ShapeEnv
 from .meta_rules import static_result
+
+if TYPE_CHECKING:
+    import sympy
+
+    from ..capture.meta_cache import MetaCache
+    from ..shapes.env import ShapeEnv
 
 _META = torch.device("meta")
 
 
 def check_graph(gm: fx.GraphModule, env: ShapeEnv | None) -> None:
     """`env`: the program's shape environment, if it has symbols (torch's Python meta
-    kernels handle them)."""
-    data_dependent = set(env.unbacked.infos) if env is not None else set()
-    with assumptions_kept(env), capture_environment(None, symbolic=env is not None):
-        _check(gm, MetaCache(), _Introduced(data_dependent))
+    kernels handle them, under capture's environment, as when the values were recorded).
+
+    A static program's kernels run below autograd only, without capture or the shape
+    algebra (sympy: a second of a fresh process), so loading one imports neither. Nothing
+    else of capture's environment reaches an ATen kernel on static meta tensors: the Python
+    dispatcher is on for symbolic sizes only; builtin max/min/divmod behave as the builtins
+    on plain ints; the control-flow and TorchBind entry points are Python calls no ATen
+    kernel makes (higher-order operators are not recomputed); and no meta kernel, reference
+    or decomposition of torch reads the compiler flags."""
+    if env is None:
+        with _torch.below_autograd():
+            _check(gm, None, _Introduced(set()))
+        return
+    from ..capture.environment import capture_environment
+    from ..capture.meta_cache import MetaCache
+    with assumptions_kept(env), capture_environment(None, symbolic=True):
+        _check(gm, MetaCache(), _Introduced(set(env.unbacked.infos)))
 
 
 @contextlib.contextmanager
@@ -78,8 +93,9 @@ class _Introduced:
         return True
 
 
-def _check(gm: fx.GraphModule, cache: MetaCache, introduced: _Introduced) -> None:
-    """Layers repeat: a call is recomputed once per distinct argument metadata (`cache`)."""
+def _check(gm: fx.GraphModule, cache: MetaCache | None, introduced: _Introduced) -> None:
+    """Layers repeat: with symbolic sizes, where each of a kernel's size questions costs
+    sympy work, a call is recomputed once per distinct argument metadata (`cache`)."""
     for node in gm.graph.nodes:
         if node.op == "get_attr":
             _check(getattr(gm, node.target), cache, introduced)
@@ -95,7 +111,8 @@ def _check(gm: fx.GraphModule, cache: MetaCache, introduced: _Introduced) -> Non
         try:
             got = static_result(node.target, args, kwargs)   # common operators on static sizes: no kernel
             if got is None:
-                got = cache.run(node.target, args, kwargs, lambda: node.target(*args, **kwargs))
+                got = node.target(*args, **kwargs) if cache is None else \
+                    cache.run(node.target, args, kwargs, lambda: node.target(*args, **kwargs))
         except Exception as e:   # the operator rejects its recorded arguments, or its sizes depend on data
             if _binds(node) and introduced.accept(node):
                 continue
@@ -220,7 +237,7 @@ def _expr(v):
     node = getattr(v, "node", None)
     if node is not None and hasattr(node, "expr"):
         expr = node.expr
-        return int(expr) if isinstance(expr, sympy.Integer) else expr
+        return int(expr) if expr.is_Integer else expr
     return v
 
 

@@ -17,7 +17,6 @@ import torch
 
 from ..errors import ArtifactError
 from ..values import RuntimeValue
-from ..shapes.contract import InputDimension
 from ..signature import (InputKind, OutputKind, SymBoolArgument, SymFloatArgument, SymIntArgument,
                          TensorArgument)
 
@@ -49,6 +48,7 @@ def check_coherence(fields: dict[str, Any]) -> None:
     contract = ep.shape_contract
     if contract is None:
         return
+    from ..shapes.contract import InputDimension   # a dynamic program's: the shape algebra
     for sym, fact in contract.symbols.items():
         if isinstance(fact.source, InputDimension):
             src = fact.source

@@ -9,17 +9,18 @@ from __future__ import annotations
 
 import keyword
 import re
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 import torch.fx as fx
 
 from .. import _torch
-from ..errors import ArtifactError
-from ..shapes.env import ShapeEnv
-from .symbolic import _short
+from ..errors import ArtifactError, short as _short
 from .targets import target_from_json, target_to_json
 from .values import Decoder, encode
+
+if TYPE_CHECKING:   # annotations only: a static program's load does not import the shape algebra (sympy)
+    from ..shapes.env import ShapeEnv
 
 _OPS = ("placeholder", "call_function", "get_attr", "output")
 _ATTR = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*\Z")

@@ -26,8 +26,7 @@ from typing import Callable, Iterable, TypeVar
 import torch
 from isal.isal_zlib import crc32 as _crc32   # zlib's CRC-32, computed faster
 
-from ..errors import ArtifactError
-from .symbolic import _short
+from ..errors import ArtifactError, short as _short
 
 ALGORITHM = "crc32"
 _MAX_THREADS = 8

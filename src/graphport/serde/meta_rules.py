@@ -21,7 +21,7 @@ from typing import Any, Callable
 
 import torch
 
-from ..capture.pointwise_meta import broadcast_shapes
+from ..shapes.broadcast import broadcast_shapes
 
 aten = torch.ops.aten
 

@@ -11,15 +11,13 @@ is derived from shape_contract, written for older readers and not read back.
 """
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from .. import _torch
-from ..errors import ArtifactError, GraphportError
+from ..errors import ArtifactError, GraphportError, short as _short
 from ..program import ExportedProgram, ModuleCallEntry, ModuleCallSignature
-from ..shapes.contract import ComputedValue, ShapeContract
-from ..shapes.env import ShapeEnv
 from ..signature import (ConstantArgument, ExportGraphSignature, InputKind, InputSpec, OutputKind, OutputSpec,
                          SymBoolArgument, SymFloatArgument, SymIntArgument, TensorArgument, TokenArgument)
 from ..passes.verifier import CoreATenVerifier, TrainingIRVerifier, Verifier
@@ -27,10 +25,13 @@ from .check import assumptions_kept, check_graph
 from .coherence import check_coherence
 from .graph_json import graph_from_json, graph_to_json
 from .state import TensorBinder, TensorTable
-from .symbolic import _short, env_from_json, env_to_json, expr_to_json, range_to_json, symbol_table
 from .targets import custom_namespace, lookup_operator, qualified_name
 from .treespec import treespec_from_json, treespec_to_json
 from .values import Decoder, dtype_name, encode
+
+if TYPE_CHECKING:   # a static program's load does not import the shape algebra (sympy): it is imported
+    from ..shapes.contract import ShapeContract   # where a program has symbols
+    from ..shapes.env import ShapeEnv
 
 FORMAT = "graphport"
 VERSION = (1, 3)
@@ -48,6 +49,7 @@ _DIALECT_NAMES = {v: k for k, v in _DIALECTS.items()}
 
 def program_to_json(ep: ExportedProgram, table: TensorTable, extra_names: list[str],
                     with_examples: bool = True) -> dict:
+    from .symbolic import env_to_json, expr_to_json, range_to_json, symbol_table
     env = ep.shape_env
     doc: dict[str, Any] = {
         "format": FORMAT, "version": list(VERSION),
@@ -146,7 +148,7 @@ def program_from_json(doc: dict, binder: TensorBinder, weights: dict[str, torch.
         if not isinstance(name, str):
             _fail("custom_ops")
         lookup_operator(name, f"(custom op list) {name}")
-    env = env_from_json(doc["shape_env"]) if doc.get("shape_env") is not None else None
+    env = _env_from_json(doc["shape_env"]) if doc.get("shape_env") is not None else None
     # decoding values and checking the program ask questions about sizes, answered as if they
     # were >= 2 where no one needed it: the assumptions are the ones the archive records
     with assumptions_kept(env):
@@ -158,7 +160,7 @@ def _program(doc: dict, env: ShapeEnv | None, binder: TensorBinder,
     gm = graph_from_json(doc.get("graph"), env)
     signature = _signature(doc.get("signature"))
     state_dict, constants = _state(doc, binder, weights)
-    contract = ShapeContract.from_json(doc["shape_contract"]) if doc.get("shape_contract") is not None else None
+    contract = _contract_from_json(doc["shape_contract"]) if doc.get("shape_contract") is not None else None
     _check_bindings(env, contract)
     call_graph = [_call_entry_from(e) for e in _list(doc, "module_call_graph")]
     paths = _list(doc, "input_paths")
@@ -186,11 +188,24 @@ def _program(doc: dict, env: ShapeEnv | None, binder: TensorBinder,
         raise ArtifactError(f"the loaded program breaks the IR contract: {e.what}") from None
 
 
+def _env_from_json(data: Any) -> ShapeEnv:
+    from .symbolic import env_from_json
+    return env_from_json(data)
+
+
+def _contract_from_json(data: Any) -> ShapeContract:
+    from ..shapes.contract import ShapeContract
+    return ShapeContract.from_json(data)
+
+
 def _check_bindings(env: ShapeEnv | None, contract: ShapeContract | None) -> None:
     """The contract's data-dependent symbols are the environment's, bound to the same nodes.
     (A node named may be gone: dead-code elimination drops a binding nothing reads.)"""
+    if contract is None:
+        return
+    from ..shapes.contract import ComputedValue
     infos = env.unbacked.infos if env is not None else {}
-    for sym, fact in (contract.symbols.items() if contract is not None else ()):
+    for sym, fact in contract.symbols.items():
         if isinstance(fact.source, ComputedValue) and (sym not in infos or infos[sym].node != fact.source.node):
             raise ArtifactError(f"the shape contract binds {sym} to the node {_short(fact.source.node)}, which "
                                 "the program's data-dependent symbols do not")

@@ -12,8 +12,7 @@ from typing import Any
 
 import torch
 
-from ..errors import ArtifactError
-from .symbolic import _short
+from ..errors import ArtifactError, short as _short
 from .values import dtype_from_name, dtype_name
 from .weights import storable
 

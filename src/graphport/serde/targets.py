@@ -13,9 +13,8 @@ from typing import Any
 import torch
 
 from .. import _torch
-from ..errors import ArtifactError
+from ..errors import ArtifactError, short as _short
 from ..ops.vocabulary import PYTHON_TARGETS
-from .symbolic import _short
 
 _PYTHON_NAMES = {id(fn): name for name, fn in PYTHON_TARGETS.items()}
 _IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")

@@ -14,9 +14,8 @@ import sys
 from typing import Any
 
 from .. import _torch
-from ..errors import ArtifactError
+from ..errors import ArtifactError, short as _short
 from .records import Record, record_spec_parts, saved_type_and_context
-from .symbolic import _short
 from .values import Decoder, encode
 
 pytree = _torch.pytree

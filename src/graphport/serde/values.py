@@ -11,17 +11,18 @@ Decoding rebuilds values only from these fixed tables: nothing in the file names
 from __future__ import annotations
 
 import math
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 import torch
 import torch.fx as fx
 
 from .. import _torch
-from ..errors import ArtifactError
+from ..errors import ArtifactError, short as _short
 from ..values import RuntimeValue
-from ..shapes.env import ShapeEnv
-from .symbolic import _short, sym_from_json, sym_to_json
 from .targets import target_from_json, target_to_json
+
+if TYPE_CHECKING:   # annotations only: a static program's load does not import the shape algebra (sympy)
+    from ..shapes.env import ShapeEnv
 
 DTYPES: dict[str, torch.dtype] = {name: v for name, v in sorted(vars(torch).items()) if isinstance(v, torch.dtype)}
 _DTYPE_NAMES = {v: k for k, v in reversed(list(DTYPES.items()))}
@@ -72,6 +73,7 @@ def encode(value: Any, where: str) -> Any:
     if isinstance(value, slice):
         return {"slice": [encode(value.start, where), encode(value.stop, where), encode(value.step, where)]}
     if isinstance(value, (torch.SymInt, torch.SymFloat, torch.SymBool)):
+        from .symbolic import sym_to_json   # symbolic values: the shape algebra
         return {"sym": sym_to_json(value)}
     if isinstance(value, (_torch.OpOverload, _torch.HigherOrderOperator)):   # the call `with_effects` orders
         return {"operator": target_to_json(value, where)}
@@ -157,6 +159,7 @@ class Decoder:
         return slice(*(self.decode(p) for p in parts))
 
     def _sym(self, body):
+        from .symbolic import sym_from_json   # symbolic values: the shape algebra
         return sym_from_json(body, self.env)
 
     def size(self, data: Any):

@@ -18,9 +18,8 @@ from typing import Any, Iterator
 import torch
 
 from .. import progress
-from ..errors import ArtifactError
+from ..errors import ArtifactError, short as _short
 from .archive import ALIGN, ArchiveReader, dump_json, parse_json
-from .symbolic import _short
 
 MEMBER = "weights.safetensors"
 DTYPES: dict[str, torch.dtype] = {

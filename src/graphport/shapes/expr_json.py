@@ -18,7 +18,7 @@ from typing import Any, Callable, Mapping
 
 import sympy
 
-from ..errors import ArtifactError
+from ..errors import ArtifactError, short
 from .expr import FloorDiv, Mod
 from .opaque import Opaque
 
@@ -164,9 +164,3 @@ def parse_float(text: str) -> float:
         return float(text)
     except ValueError:
         raise ArtifactError(f"malformed float {short(text)} in a size expression") from None
-
-
-def short(value: Any) -> str:
-    """A value quoted in an error message, cut to one line's worth."""
-    text = repr(value)
-    return text if len(text) <= 80 else text[:77] + "..."
