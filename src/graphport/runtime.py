@@ -152,9 +152,22 @@ def _plain_names(names: list[str]) -> bool:
         n.isidentifier() and not keyword.iskeyword(n) and n not in ("self", "args", "kwargs") for n in names)
 
 
+class _ForwardOnFirstUse:
+    """ExportedModule's `forward` until fx generates it: looking it up generates it (and
+    `.code`) and returns it, so its signature, hooks and direct calls are fx's own."""
+
+    def __get__(self, module, owner=None):
+        if module is None:
+            return self
+        module._generate_forward()   # sets the generated forward on the instance's own class
+        return type(module).forward.__get__(module, owner)
+
+
 class ExportedModule(fx.GraphModule):
     """The module returned by `ExportedProgram.module()`: a GraphModule with the program's
     parameters and buffers as attributes, callable with the program's arguments."""
+
+    forward = _ForwardOnFirstUse()
 
     def __init__(self, ep):
         holder = torch.nn.Module()
@@ -203,15 +216,40 @@ class ExportedModule(fx.GraphModule):
         self._fast_check = build_input_checker(self._in_spec, expected, ep.shape_contract, ep.input_aliases,
                                                ep.call_spec.keywords_by_name)
         self._build_outputs = build_output_builder(self._out_spec)
+        self._finished = True
 
     def recompile(self):
-        code = super().recompile()
+        """fx's recompile (`forward`, `.code`), and the graph's body a checked call runs.
+
+        While the module is being made (or deep-copied), only the body is generated: fx's
+        `forward` and `.code`, used by hooks, direct `forward` calls and readers of the
+        code, are generated on first use (`forward` and `_code` below), so a module that is
+        only called generates and compiles its graph's code once. An explicit call
+        generates both, as fx's does."""
         codegen = self._graph._codegen
         self._body = codegen.body(self._graph) if isinstance(codegen, _ProgramCodeGen) else None
+        if self._body is not None and not self.__dict__.get("_finished"):
+            self.__dict__.pop("_fx_code", None)
+            return None
+        return self._generate_forward()
+
+    def _generate_forward(self):
+        code = super().recompile()
         # fx wraps __call__ of this instance's own class in three layers of calls to decorate errors
         # raised in its generated code; ours raises graphport errors, so calls go straight to it
         type(self).__call__ = ExportedModule.__call__
         return code
+
+    @property
+    def _code(self) -> str:
+        """fx's source of `forward` (`.code`, `str(module)`), generated when first read."""
+        if "_fx_code" not in self.__dict__:
+            self._generate_forward()
+        return self.__dict__["_fx_code"]
+
+    @_code.setter
+    def _code(self, source: str) -> None:
+        self.__dict__["_fx_code"] = source
 
     def __call__(self, *args, **kwargs):
         """Checks the call, then runs the graph. Without hooks on the module (or global
