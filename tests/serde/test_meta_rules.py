@@ -160,6 +160,32 @@ def cat_case(rng, op):
     return (parts, dim), {}
 
 
+def embedding_case(rng, op):
+    table = meta(shape(rng, 2) if rng.random() < 0.8 else shape(rng), pick(rng, DTYPES))
+    indices = meta(shape(rng), pick(rng, [torch.int64, torch.int32] * 3 + DTYPES))
+    kwargs = rng.choice([{}, {}, {"padding_idx": 0}, {"scale_grad_by_freq": True}, {"sparse": True}])
+    return (table, indices), kwargs
+
+
+def arange_case(rng, op):
+    kwargs = {"dtype": rng.choice([None, torch.int64, torch.int32, torch.float32, torch.float64, torch.float16,
+                                   torch.bool])} if rng.random() < 0.5 else {}
+    if rng.random() < 0.3:
+        kwargs["layout"] = torch.strided
+    if rng.random() < 0.5:
+        kwargs["device"] = torch.device("meta")
+    return (rng.choice([0, 1, 2, 7, -1, 2.5, True]),), kwargs
+
+
+def index_case(rng, op):
+    x = shape(rng, rng.randrange(1, 5))
+    common = shape(rng, rng.randrange(0, 3))
+    indices = [None if rng.random() < 0.35 else
+               meta(near(rng, common) if common else common, pick(rng, [torch.int64, torch.int32] * 4 + DTYPES))
+               for _ in range(rng.randrange(1, len(x) + 2))]
+    return (meta(x, pick(rng, DTYPES)), indices), {}
+
+
 CASES = {
     **{op: binary_case for op in (aten.add.Tensor, aten.sub.Tensor, aten.mul.Tensor, aten.__and__.Tensor,
                                   aten.bitwise_and.Tensor, aten.eq.Tensor, aten.ne.Tensor, aten.ge.Tensor,
@@ -176,7 +202,8 @@ CASES = {
     aten.gelu.default: unary_case, aten.pow.Tensor_Scalar: pow_case,
     aten.addmm.default: addmm_case, aten.linear.default: linear_case, aten.layer_norm.default: layer_norm_case,
     aten.scaled_dot_product_attention.default: attention_case, aten.cumsum.default: cumsum_case,
-    aten.diff.default: diff_case,
+    aten.diff.default: diff_case, aten.embedding.default: embedding_case, aten.arange.default: arange_case,
+    aten.index.Tensor: index_case,
 }
 
 
@@ -210,7 +237,8 @@ def test_rule_agrees_with_torchs_kernel(op):
 SIZES_MUST_FIT = {aten.sub.Tensor, aten.__and__.Tensor, aten.bitwise_and.Tensor, aten.div.Tensor,
                   aten.minimum.default, aten.maximum.default, aten.min.other, aten.max.other, aten.addmm.default,
                   aten.linear.default, aten.layer_norm.default, aten.scaled_dot_product_attention.default,
-                  aten.cumsum.default, aten.diff.default, aten.where.self, aten.mean.dim, aten.cat.default}
+                  aten.cumsum.default, aten.diff.default, aten.where.self, aten.mean.dim, aten.cat.default,
+                  aten.embedding.default, aten.arange.default, aten.index.Tensor}
 
 
 def test_symbolic_and_unusual_arguments_step_aside():

@@ -329,6 +329,59 @@ def _diff(bound: dict) -> Result | None:
     return bound["self"].dtype, shape[:dim] + (total - 1,) + shape[dim + 1:]
 
 
+def _embedding(bound: dict) -> Result | None:
+    """A 2-D table looked up with long or int indices: the indices' shape and one row."""
+    if not set(bound) <= {"weight", "indices", "padding_idx", "scale_grad_by_freq", "sparse"}:
+        return None
+    table, indices = _tensor(bound["weight"]), _tensor(bound["indices"])
+    if table is None or indices is None or len(table) != 2 or bound["indices"].dtype not in (torch.int64, torch.int32):
+        return None
+    if type(bound.get("padding_idx", -1)) is not int or type(bound.get("scale_grad_by_freq", False)) is not bool \
+            or bound.get("sparse", False) is not False:
+        return None
+    return bound["weight"].dtype, indices + table[1:]
+
+
+_ARANGE_DTYPES = (None, torch.int64, torch.int32, torch.float32, torch.float64)
+
+
+def _arange(bound: dict) -> Result | None:
+    """arange(end) of an int end >= 0: `end` elements, int64 unless a dtype is given."""
+    if not set(bound) <= {"end", "dtype", "layout", "device", "pin_memory"}:
+        return None
+    end, dtype = bound["end"], bound.get("dtype")
+    if type(end) is not int or end < 0 or dtype not in _ARANGE_DTYPES \
+            or bound.get("layout") not in (None, torch.strided) or bound.get("pin_memory") not in (None, False):
+        return None
+    return dtype or torch.int64, (end,)
+
+
+def _index(bound: dict) -> Result | None:
+    """Advanced indexing by long or int index tensors (None: the whole dimension): the index
+    tensors broadcast to one shape, which replaces the dimensions they index where those are
+    adjacent, and comes first where they are not (numpy's rule, as torch's kernel computes
+    it). Masks (bool, int8), whose result size depends on data, are left to the kernel."""
+    x, indices = _tensor(bound["self"]), bound["indices"]
+    if x is None or set(bound) != {"self", "indices"} or not isinstance(indices, (list, tuple)) \
+            or not 0 < len(indices) <= len(x):
+        return None
+    shapes = []
+    for index in indices:
+        if index is None:
+            continue
+        if not isinstance(index, torch.Tensor) or _tensor(index) is None or index.dtype not in (torch.int64, torch.int32):
+            return None
+        shapes.append(_tensor(index))
+    replaced = broadcast_shapes(shapes) if shapes else None
+    if replaced is None:
+        return None
+    at = [d for d, index in enumerate(indices) if index is not None]
+    rest = [x[d] for d in range(len(x)) if d not in at]
+    if at == list(range(at[0], at[-1] + 1)):   # adjacent: the result keeps the dimensions around them in place
+        return bound["self"].dtype, x[:at[0]] + replaced + x[at[-1] + 1:]
+    return bound["self"].dtype, replaced + tuple(rest)
+
+
 _BINARY = ("self", "other")
 # torch's binding takes a number where these operators' schemas name a Tensor (as a scalar)
 _NUMBER_OPERANDS = {aten.add.Tensor: {"other"}, aten.sub.Tensor: {"other"}, aten.mul.Tensor: {"other"},
@@ -359,6 +412,9 @@ _RULES: dict[Any, Callable[[dict], Result | None]] = {
     aten.gelu.default: _elementwise(("self",), result=_float_unary, extra=_gelu_arguments),
     aten.pow.Tensor_Scalar: _pow_scalar,
     aten.addmm.default: _addmm,
+    aten.embedding.default: _embedding,
+    aten.arange.default: _arange,
+    aten.index.Tensor: _index,
     aten.linear.default: _linear,
     aten.layer_norm.default: _layer_norm,
     aten.scaled_dot_product_attention.default: _attention,
