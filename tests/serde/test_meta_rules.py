@@ -186,6 +186,14 @@ def index_case(rng, op):
     return (meta(x, pick(rng, DTYPES)), indices), {}
 
 
+def gather_case(rng, op):
+    x = shape(rng, rng.randrange(0, 4))
+    index = tuple(max(0, s + rng.choice([0, 0, 0, -1, 1])) for s in x) if rng.random() < 0.8 else shape(rng)
+    dim = rng.randrange(-len(x) - 1, len(x) + 1) if x else rng.choice([0, -1, 1])
+    kwargs = {"sparse_grad": True} if rng.random() < 0.1 else {}
+    return (meta(x, pick(rng, DTYPES)), dim, meta(index, pick(rng, [torch.int64, torch.int32] * 3 + DTYPES))), kwargs
+
+
 CASES = {
     **{op: binary_case for op in (aten.add.Tensor, aten.sub.Tensor, aten.mul.Tensor, aten.__and__.Tensor,
                                   aten.bitwise_and.Tensor, aten.eq.Tensor, aten.ne.Tensor, aten.ge.Tensor,
@@ -203,7 +211,7 @@ CASES = {
     aten.addmm.default: addmm_case, aten.linear.default: linear_case, aten.layer_norm.default: layer_norm_case,
     aten.scaled_dot_product_attention.default: attention_case, aten.cumsum.default: cumsum_case,
     aten.diff.default: diff_case, aten.embedding.default: embedding_case, aten.arange.default: arange_case,
-    aten.index.Tensor: index_case,
+    aten.index.Tensor: index_case, aten.gather.default: gather_case,
 }
 
 
@@ -238,7 +246,7 @@ SIZES_MUST_FIT = {aten.sub.Tensor, aten.__and__.Tensor, aten.bitwise_and.Tensor,
                   aten.minimum.default, aten.maximum.default, aten.min.other, aten.max.other, aten.addmm.default,
                   aten.linear.default, aten.layer_norm.default, aten.scaled_dot_product_attention.default,
                   aten.cumsum.default, aten.diff.default, aten.where.self, aten.mean.dim, aten.cat.default,
-                  aten.embedding.default, aten.arange.default, aten.index.Tensor}
+                  aten.embedding.default, aten.arange.default, aten.index.Tensor, aten.gather.default}
 
 
 def test_symbolic_and_unusual_arguments_step_aside():

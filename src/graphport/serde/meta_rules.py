@@ -382,6 +382,21 @@ def _index(bound: dict) -> Result | None:
     return bound["self"].dtype, replaced + tuple(rest)
 
 
+def _gather(bound: dict) -> Result | None:
+    """Values gathered along `dim` by a long or int index of the same rank, no larger than
+    `self` in the other dimensions: the index's shape (0-dim operands are left to the kernel)."""
+    x, index, dim = _tensor(bound["self"]), _tensor(bound["index"]), bound["dim"]
+    if x is None or index is None or not set(bound) <= {"self", "dim", "index", "sparse_grad"} \
+            or bound.get("sparse_grad", False) is not False or bound["index"].dtype not in (torch.int64, torch.int32):
+        return None
+    if not x or len(index) != len(x) or type(dim) is not int or not -len(x) <= dim < len(x):
+        return None
+    dim %= len(x)
+    if any(i > s for d, (i, s) in enumerate(zip(index, x)) if d != dim):
+        return None
+    return bound["self"].dtype, index
+
+
 _BINARY = ("self", "other")
 # torch's binding takes a number where these operators' schemas name a Tensor (as a scalar)
 _NUMBER_OPERANDS = {aten.add.Tensor: {"other"}, aten.sub.Tensor: {"other"}, aten.mul.Tensor: {"other"},
@@ -415,6 +430,7 @@ _RULES: dict[Any, Callable[[dict], Result | None]] = {
     aten.embedding.default: _embedding,
     aten.arange.default: _arange,
     aten.index.Tensor: _index,
+    aten.gather.default: _gather,
     aten.linear.default: _linear,
     aten.layer_norm.default: _layer_norm,
     aten.scaled_dot_product_attention.default: _attention,
