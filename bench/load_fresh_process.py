@@ -10,9 +10,11 @@ times `import torch`, the rest of its imports (`import graphport`; for torch.exp
 the program), the load (graphport: weights memory-mapped and checked against their
 checksums, the default; torch.export.load), `ep.module()`, and the first call, checks the
 first call's output equals the one the parent computed, and says whether torch._dynamo got
-imported. Reported: medians over the rounds of each part, and the ratio graphport /
-torch.export of the whole, of the whole but `import torch` (which both pay alike), and of
-load + module() + first call.
+imported (and sympy). Reported: medians over the rounds of each part, and the ratio
+graphport / torch.export of the whole, of the whole but `import torch` (which both pay
+alike), and of the part each exporter does its own way: the rest of the imports, load and
+module(), without `import torch` and without the first call (the same ATen kernels run on
+the same weights on both sides, their first run included).
 
     PYTHONPATH=src python bench/load_fresh_process.py [--models bert_base,gpt2_medium] [--rounds 3]
 """
@@ -57,7 +59,7 @@ t6 = time.perf_counter()
 first = out[0]   # a ModelOutput (torch.export) or a Record (graphport, transformers not imported): the first field
 same = bool(torch.equal(first, inputs["expected"]))
 print(json.dumps({"torch": t1 - t0, "import": t2 - t1, "load": t3 - t2, "module": t4 - t3, "call": t6 - t5,
-                  "same": same, "dynamo": "torch._dynamo" in sys.modules}))
+                  "same": same, "dynamo": "torch._dynamo" in sys.modules, "sympy": "sympy" in sys.modules}))
 """
 
 PARTS = ("torch", "import", "load", "module", "call")
@@ -119,20 +121,26 @@ def main() -> None:
         med = {side: {k: statistics.median(r[k] for r in rs) for k in PARTS} for side, rs in runs.items()}
         total = {side: sum(m.values()) for side, m in med.items()}
         past_torch = {side: total[side] - m["torch"] for side, m in med.items()}
-        warm = {side: m["load"] + m["module"] + m["call"] for side, m in med.items()}
+        own = {side: m["import"] + m["load"] + m["module"] for side, m in med.items()}
         same = all(r["same"] for rs in runs.values() for r in rs)
         print(f"\n{name}: {params / 1e6:.0f}M parameters, archive {os.path.getsize(gport) / 2**20:.0f} MiB (graphport), "
               f"{os.path.getsize(pt2) / 2**20:.0f} MiB (torch.export); medians of {opts.rounds} fresh processes each")
         print("| | import torch | import (rest) | load | module() | first call | all | all but import torch "
-              "| load + module() + call | torch._dynamo imported |")
+              "| import (rest) + load + module() | torch._dynamo / sympy imported |")
         print("|---|---|---|---|---|---|---|---|---|---|")
         for side, m in med.items():
-            dynamo = sum(r["dynamo"] for r in runs[side])
+            dynamo, sympy = (sum(r[k] for r in runs[side]) for k in ("dynamo", "sympy"))
             print(f"| {side} | " + " | ".join(f"{m[k]:.2f} s" for k in PARTS) +
-                  f" | {total[side]:.2f} s | {past_torch[side]:.2f} s | {warm[side]:.2f} s | {dynamo}/{opts.rounds} |")
+                  f" | {total[side]:.2f} s | {past_torch[side]:.2f} s | {own[side]:.2f} s "
+                  f"| {dynamo}/{opts.rounds} / {sympy}/{opts.rounds} |")
         print(f"| graphport / torch.export | | | | | | **{total['graphport'] / total['torch.export']:.2f}x** | "
               f"{past_torch['graphport'] / past_torch['torch.export']:.2f}x | "
-              f"{warm['graphport'] / warm['torch.export']:.2f}x | |")
+              f"**{own['graphport'] / own['torch.export']:.2f}x** | |")
+        shared = {side: m["torch"] + m["call"] for side, m in med.items()}
+        print(f"shared work (import torch + first call): {shared['graphport']:.2f} s (graphport), "
+              f"{shared['torch.export']:.2f} s (torch.export), {shared['graphport'] / total['graphport']:.0%} of "
+              "graphport's whole; with graphport's own part at zero the whole would be "
+              f"{shared['graphport'] / total['torch.export']:.2f}x")
         print(f"first outputs equal the model's in every process: {same}")
         for path in (gport, pt2, inputs):
             os.unlink(path)
