@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import functools
 import importlib.util
+import inspect
 import linecache
 import os
 import sys
@@ -127,10 +128,15 @@ def user_stack(stop_at: FrameType | None = None) -> tuple[SourceLocation, ...]:
     When the captured program is torch's own code (exporting `nn.Linear` itself), the
     innermost torch.nn frame stands in, so every node still points at a source line.
     """
+    return _walk(sys._getframe(1), stop_at)
+
+
+def _walk(frame: FrameType | None, stop_at: FrameType | None, nn_fallback: bool = True) -> tuple[SourceLocation, ...]:
+    """The user locations from `frame` outwards to `stop_at` (exclusive), outermost first;
+    with `nn_fallback`, the innermost torch.nn frame's where there are none."""
     locations = []
     fallback = None
     kinds = _kinds
-    frame = sys._getframe(1)
     while frame is not None and frame is not stop_at:
         code = frame.f_code
         kind = kinds.get(code)   # the cache read inline: this loop runs for every frame of every node
@@ -138,13 +144,56 @@ def user_stack(stop_at: FrameType | None = None) -> tuple[SourceLocation, ...]:
             kind = _kind(code)
         if kind == _USER:
             locations.append(_location(code, frame.f_lineno))
-        elif fallback is None and kind == _INTERNAL_NN:
+        elif fallback is None and kind == _INTERNAL_NN and nn_fallback:
             fallback = _location(code, frame.f_lineno)
         frame = frame.f_back
     if not locations and fallback is not None:
         return (fallback,)
     locations.reverse()
     return tuple(locations)
+
+
+# Frames that can leave the stack and come back under another caller.
+_RESUMABLE = inspect.CO_GENERATOR | inspect.CO_COROUTINE | inspect.CO_ASYNC_GENERATOR | inspect.CO_ITERABLE_COROUTINE
+
+
+class UserStacks:
+    """`user_stack(stop_at)` for the nodes of one capture, walking only up to the innermost
+    user frame when it is the one the previous node found.
+
+    A line of the program records several nodes (a layer's forward calls many torch functions
+    from the same frame), and walking the frames outside it is most of each walk. While a
+    plain function's frame runs, the frames outside it are suspended in the calls that lead
+    to it, so their locations cannot change: they are remembered for that frame, and only its
+    own line is read again. A generator's or coroutine's frame can be resumed from another
+    caller, so it is walked in full every time."""
+
+    def __init__(self, stop_at: FrameType | None):
+        self.stop_at = stop_at
+        self._frame: FrameType | None = None   # kept alive, so no other frame can take its identity
+        self._outside: tuple[SourceLocation, ...] = ()
+
+    def __call__(self) -> tuple[SourceLocation, ...]:
+        frame = sys._getframe(1)
+        stop_at = self.stop_at
+        kinds = _kinds
+        while frame is not None and frame is not stop_at:
+            code = frame.f_code
+            kind = kinds.get(code)
+            if kind is None:
+                kind = _kind(code)
+            if kind == _USER:
+                break
+            frame = frame.f_back
+        else:
+            return _walk(sys._getframe(1), stop_at)   # no user frame: torch.nn's stands in
+        here = _location(code, frame.f_lineno)
+        if frame is self._frame:
+            return (*self._outside, here)
+        outside = _walk(frame.f_back, stop_at, nn_fallback=False)
+        if not code.co_flags & _RESUMABLE:
+            self._frame, self._outside = frame, outside
+        return (*outside, here)
 
 
 def format_stack_trace(stack: tuple[SourceLocation, ...]) -> str:

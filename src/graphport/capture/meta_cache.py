@@ -21,21 +21,34 @@ def _size_key(v) -> Any:
 
 
 def _describe(t: torch.Tensor) -> tuple:
-    return ("T", tuple(_size_key(s) for s in t.shape), tuple(_size_key(s) for s in t.stride()),
-            _size_key(t.storage_offset()), t.dtype, t.device.type)
+    shape, stride, offset = t.shape, t.stride(), t.storage_offset()
+    try:   # static sizes: ints, hashable as they are (a symbolic size is not hashable)
+        hash((shape, stride, offset))
+    except TypeError:
+        return ("T", tuple(_size_key(s) for s in shape), tuple(_size_key(s) for s in stride),
+                _size_key(offset), t.dtype, t.device.type)
+    return ("T", shape, stride, offset, t.dtype, t.device.type)
+
+
+# Arguments whose key is their type's name and their value; looked up by exact type first,
+# the commonest case, before the isinstance checks (which also admit their subclasses).
+_ATOMS = frozenset({bool, int, float, str, type(None), torch.dtype, torch.device, torch.layout, torch.memory_format})
 
 
 def _key_of(value) -> Any:
+    kind = type(value)
+    if kind in _ATOMS:
+        return (kind.__name__, value)
     if isinstance(value, torch.Tensor):
         return _describe(value)
     if isinstance(value, (list, tuple)):
         parts = tuple(_key_of(v) for v in value)
-        return _UNCACHEABLE if _UNCACHEABLE in parts else (type(value).__name__, parts)
+        return _UNCACHEABLE if _UNCACHEABLE in parts else (kind.__name__, parts)
     if isinstance(value, (torch.SymInt, torch.SymFloat, torch.SymBool)):
         return ("S", value.node.expr)
     if value is None or isinstance(value, (bool, int, float, str, torch.dtype, torch.device, torch.layout,
                                            torch.memory_format)):
-        return (type(value).__name__, value)
+        return (kind.__name__, value)
     return _UNCACHEABLE
 
 

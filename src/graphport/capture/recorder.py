@@ -21,7 +21,7 @@ from ..op_args import map_args
 from ..errors import DataDependentError, InternalError, UnsupportedFeatureError
 from ..ops.views import COVERS_SOURCE, ViewStep, replay, scatter_back
 from ..values import DEVICE_KEY
-from ..source import user_stack
+from ..source import UserStacks
 from .grad import GradFlow
 from .custom_objects import CustomObjects, is_custom_object
 from .effects import EffectTokens
@@ -36,6 +36,7 @@ class Recorder:
     def __init__(self, entry_frame=None, locations: bool = True):
         self.root = self.scope = Scope()
         self.entry_frame = entry_frame
+        self.user_stack = UserStacks(entry_frame)   # the program's frames at each node (source.py)
         self.locations = locations   # False: nodes get no source location or module stack (a proof re-trace)
         self.module_stack: list[tuple[str, str, str]] = []  # (call key, fqn, qualified type) of active calls
         self.torch_fn: tuple | None = None                  # the torch function running (torch_fn.py)
@@ -278,7 +279,7 @@ class Recorder:
         node.meta["val"] = val
         self.grad.note(node)
         if scope.recording and self.locations:
-            node.meta["gp_stack"] = user_stack(self.entry_frame) or self.fallback_stack
+            node.meta["gp_stack"] = self.user_stack() or self.fallback_stack
             node.meta["nn_module_stack"] = {f"L__self__{key}": (fqn, typ) for key, fqn, typ in self.module_stack}
             if self.torch_fn is not None:
                 label, qualified, func = self.torch_fn

@@ -93,7 +93,7 @@ _BOOL_FLAGS = frozenset({"training", "train", "inplace"})
 def _decided_flags(func, args: tuple, kwargs: dict | None) -> tuple[tuple, dict | None]:
     """The call with each symbolic bool passed for a flag of `_BOOL_FLAGS` decided: from the
     ranges where they settle it, else guarded at the example's answer (bool() of a SymBool)."""
-    if not any(isinstance(a, torch.SymBool) for a in (*args, *(kwargs or {}).values())):
+    if not _any_sym_bool(args) and not (kwargs and _any_sym_bool(kwargs.values())):
         return args, kwargs
     try:
         names = list(inspect.signature(func).parameters)
@@ -103,6 +103,14 @@ def _decided_flags(func, args: tuple, kwargs: dict | None) -> tuple[tuple, dict 
                  for i, a in enumerate(args))
     kwargs = {k: bool(v) if isinstance(v, torch.SymBool) and k in _BOOL_FLAGS else v for k, v in (kwargs or {}).items()}
     return args, kwargs
+
+
+def _any_sym_bool(values) -> bool:
+    """Whether any of `values` is a SymBool (a loop: this runs for every torch function call)."""
+    for a in values:
+        if isinstance(a, torch.SymBool):
+            return True
+    return False
 
 
 # Calls that return a view or a copy depending on the layout, and calls that read it.
