@@ -23,7 +23,8 @@ import graphport as gp
 from . import compare_call
 from .test_small_sizes_by_size import Attention, _inputs, _traces
 
-pytestmark = [pytest.mark.filterwarnings("ignore:graphport. .* is refused at call time:UserWarning")]
+pytestmark = [pytest.mark.filterwarnings("ignore:graphport. .* is refused at call time:UserWarning"),
+              pytest.mark.filterwarnings("ignore:graphport. .* narrows Dim.AUTO:UserWarning")]
 
 
 class ReshapeOfTransposed(nn.Module):
@@ -90,3 +91,21 @@ def test_write_through_a_reshape_at_small_sizes_matches_eager(spec_min):
     for b, t in [(1, 1), (1, 3), (3, 1), (0, 1), (1, 0), (2, 2), (4, 4), (16, 1), (1, 16)]:
         if b >= spec_min and t >= spec_min:
             compare_call(model, ep, (torch.randn(b, t, 5),), label=f"b={b}, t={t}")
+
+
+def test_single_pin_trace_of_tied_sizes_settles_the_combinations(caplog):
+    """With Dim.AUTO each input has symbols of its own, made equal by a guard: the t = 1 trace
+    pins the mask's length with it (a tied size), and is still the trace of t = 1, so what its
+    own proof settled of the batches there spares tracing their combinations with t = 1."""
+    torch.manual_seed(0)
+    model = Attention().eval()
+    spec = ({0: gp.Dim.AUTO, 1: gp.Dim.AUTO},) * 2
+    caplog.set_level(logging.DEBUG, logger="graphport.shapes")
+    ep = gp.export(model, _inputs(2, 8), dynamic_shapes=spec)
+    assert _traces(caplog) == 2   # the capture and t = 1; (1, 1) and (b, 1) proven by the latter
+    random.seed(3)
+    sizes = [(1, 1), (2, 1), (1, 2), (5, 1), (1, 7), (32, 1)] + \
+        [(random.randint(1, 32), random.randint(1, 32)) for _ in range(4)]
+    for b, t in sizes:
+        with torch.no_grad():
+            compare_call(model, ep, _inputs(b, t), exact=False, rtol=1e-4, label=f"b={b}, t={t}")

@@ -171,15 +171,18 @@ def _try(pins: dict[sympy.Symbol, int], retrace, shapes: InputShapes, graph: fx.
     given = {s: sympy.Integer(v) for s, v in pins.items()}
     tied = shapes.env.with_tied_sizes(given)
     if tied == given:
-        return _try_pins(given, retrace, shapes, graph, constants, report)
+        return _try_pins(given, retrace, shapes, graph, constants, report, given)
     try:
-        return _try_pins(tied, retrace, shapes, graph, constants, report)
+        return _try_pins(tied, retrace, shapes, graph, constants, report, given)
     except Exception:
-        return _try_pins(given, retrace, shapes, graph, constants, report)
+        return _try_pins(given, retrace, shapes, graph, constants, report, given)
 
 
 def _try_pins(pins: dict[sympy.Symbol, sympy.Integer], retrace, shapes: InputShapes, graph: fx.Graph,
-              constants: dict, report: SmallSizeReport):
+              constants: dict, report: SmallSizeReport, given: dict):
+    """`given`: the pins asked for; `pins` adds the sizes tied to them (equal at every size
+    the program accepts), so a trace of one given size is the program at that size, and
+    what its own operator-by-operator proof settled is kept under that one size."""
     pinned = shapes.pinned(pins)
     report.traces += 1
     try:
@@ -204,8 +207,8 @@ def _try_pins(pins: dict[sympy.Symbol, sympy.Integer], retrace, shapes: InputSha
         if guard.rel not in original:
             return Refusal(f"the program asks another question of the sizes there ({guard.rel})", guard.location,
                            False), {}
-    if len(pins) == 1 and settled and settled[0] is not None:
-        report.within[next(iter(pins.items()))] = _trusted(settled[0], pinned_graph, pinned.env)
+    if len(given) == 1 and settled and settled[0] is not None:
+        report.within[next(iter(given.items()))] = _trusted(settled[0], pinned_graph, pinned.env)
     return None, dict(pinned.env.assumed_min)
 
 
