@@ -19,7 +19,6 @@ from __future__ import annotations
 import builtins
 import collections
 import contextlib
-import copy
 import functools
 import threading
 from typing import Callable, Iterator
@@ -221,7 +220,10 @@ class ModuleSnapshot:
         self.saved = []
         for _, mod in root.named_modules(remove_duplicate=True):
             attrs = dict(vars(mod))
-            containers = {k: copy.copy(v) for k, v in attrs.items() if type(v) in _CONTAINERS}
+            # an exact list, dict, set or OrderedDict copies itself (copy.copy goes through
+            # __reduce_ex__: most of this snapshot's time on deep models, whose modules hold
+            # ten hook dicts each); an empty one is remembered as empty
+            containers = {k: v.copy() if v else _EMPTY for k, v in attrs.items() if type(v) in _CONTAINERS}
             self.saved.append((mod, attrs, containers))
 
     def restore(self) -> None:
@@ -237,10 +239,15 @@ class ModuleSnapshot:
 
 
 _MISSING = object()
+_EMPTY = object()   # a container that was empty
 _CONTAINERS = (list, dict, set, collections.OrderedDict)
 
 
 def _restore_container(target, saved) -> None:
+    if saved is _EMPTY:
+        if target:
+            target.clear()
+        return
     if isinstance(target, list):
         target[:] = saved
     else:
