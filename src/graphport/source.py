@@ -95,31 +95,34 @@ _TORCH_NN = os.path.join(_TORCH_DIR, "nn") + os.sep
 
 # Capture walks the stack once per recorded node, through the same few hundred frames:
 # each code object's kind and each (code, line)'s location are worked out once. Bounded,
-# because code objects made at run time (exec, fx) would otherwise be kept alive.
+# because code objects made at run time (exec, fx) would otherwise be kept alive. Keyed by
+# the code object's identity: code objects compare equal across files (equality ignores
+# co_filename), so two identical functions in two files must not share an entry. Each entry
+# holds its code object, so no other code can take its id while the entry lives.
 _USER, _INTERNAL, _INTERNAL_NN = 0, 1, 2
 _CACHE_LIMIT = 50_000
-_kinds: dict[CodeType, int] = {}
-_locations: dict[tuple[CodeType, int], SourceLocation] = {}
+_kinds: dict[int, tuple[CodeType, int]] = {}
+_locations: dict[tuple[int, int], tuple[CodeType, SourceLocation]] = {}
 
 
 def _kind(code: CodeType) -> int:
-    kind = _kinds.get(code)
-    if kind is None:
+    entry = _kinds.get(id(code))
+    if entry is None:
         if len(_kinds) >= _CACHE_LIMIT:
             _kinds.clear()
         filename = code.co_filename
-        kind = _kinds[code] = (_USER if not _is_internal(filename)
-                               else _INTERNAL_NN if filename.startswith(_TORCH_NN) else _INTERNAL)
-    return kind
+        entry = _kinds[id(code)] = (code, _USER if not _is_internal(filename)
+                                    else _INTERNAL_NN if filename.startswith(_TORCH_NN) else _INTERNAL)
+    return entry[1]
 
 
 def _location(code: CodeType, lineno: int) -> SourceLocation:
-    location = _locations.get((code, lineno))
-    if location is None:
+    entry = _locations.get((id(code), lineno))
+    if entry is None:
         if len(_locations) >= _CACHE_LIMIT:
             _locations.clear()
-        location = _locations[(code, lineno)] = SourceLocation(code.co_filename, lineno, code.co_name)
-    return location
+        entry = _locations[(id(code), lineno)] = (code, SourceLocation(code.co_filename, lineno, code.co_name))
+    return entry[1]
 
 
 def user_stack(stop_at: FrameType | None = None) -> tuple[SourceLocation, ...]:
@@ -139,9 +142,8 @@ def _walk(frame: FrameType | None, stop_at: FrameType | None, nn_fallback: bool 
     kinds = _kinds
     while frame is not None and frame is not stop_at:
         code = frame.f_code
-        kind = kinds.get(code)   # the cache read inline: this loop runs for every frame of every node
-        if kind is None:
-            kind = _kind(code)
+        entry = kinds.get(id(code))   # the cache read inline: this loop runs for every frame of every node
+        kind = entry[1] if entry is not None else _kind(code)
         if kind == _USER:
             locations.append(_location(code, frame.f_lineno))
         elif fallback is None and kind == _INTERNAL_NN and nn_fallback:
@@ -179,9 +181,8 @@ class UserStacks:
         kinds = _kinds
         while frame is not None and frame is not stop_at:
             code = frame.f_code
-            kind = kinds.get(code)
-            if kind is None:
-                kind = _kind(code)
+            entry = kinds.get(id(code))
+            kind = entry[1] if entry is not None else _kind(code)
             if kind == _USER:
                 break
             frame = frame.f_back

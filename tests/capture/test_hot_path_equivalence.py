@@ -169,3 +169,28 @@ def test_zoo_programs_unchanged(name, dynamic, monkeypatch):
     monkeypatch.setattr(meta_cache, "_describe", _describe_size_by_size)
     monkeypatch.setattr(recorder, "UserStacks", _WalkedInFull)
     assert export() == fast
+
+
+def test_identical_functions_in_two_files_keep_their_own_file(tmp_path):
+    """Code objects compare equal across files (equality ignores co_filename): the stack caches
+    must still give each node the file its function was written in, and the audit must still
+    classify each by its own file."""
+    source = "def scale(x):\n    return x * 2\n"
+    functions = []
+    for name in ("first_file.py", "second_file.py"):
+        path = tmp_path / name
+        path.write_text(source)
+        namespace: dict = {}
+        exec(compile(source, str(path), "exec"), namespace)
+        functions.append(namespace["scale"])
+    assert functions[0].__code__ == functions[1].__code__
+
+    class TwoFiles(torch.nn.Module):
+        def forward(self, x):
+            return functions[1](functions[0](x))
+
+    ep = gp.export(TwoFiles(), (torch.randn(3),))
+    files = [node.meta["stack_trace"].strip().splitlines()[-2] for node in ep.graph.nodes
+             if node.op == "call_function"]
+    assert len(files) == 2
+    assert "first_file.py" in files[0] and "second_file.py" in files[1], files

@@ -27,19 +27,22 @@ _SITE_DIRS = tuple({os.path.realpath(sysconfig.get_paths()[k]) + os.sep for k in
 _OWN_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
 _TORCH_DIR = os.path.dirname(torch.__file__) + os.sep
 
-_kinds: dict[CodeType, int] = {}
+# Keyed by identity: code objects compare equal across files (equality ignores co_filename),
+# so a user's function identical to a library's must not share its entry. Each entry holds its
+# code object, so no other code can take its id while the entry lives.
+_kinds: dict[int, tuple[CodeType, int]] = {}
 _CACHE_LIMIT = 50_000
 
 
 def kind(code: CodeType) -> int:
     """USER, STDLIB, OTHER (torch, graphport, an installed library), or GENERATED: code made
     at run time (`<string>`: dataclasses' methods, exec), whose owner is its caller's."""
-    found = _kinds.get(code)
+    found = _kinds.get(id(code))
     if found is None:
         if len(_kinds) >= _CACHE_LIMIT:
             _kinds.clear()
-        found = _kinds[code] = _classify(code.co_filename)
-    return found
+        found = _kinds[id(code)] = (code, _classify(code.co_filename))
+    return found[1]
 
 
 def _classify(filename: str) -> int:
