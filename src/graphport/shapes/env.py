@@ -23,6 +23,7 @@ from ..errors import UnsupportedFeatureError
 from ..source import SourceLocation, asked_by_program, innermost_user_location
 from .branch_facts import decide_given
 from .expr import ValueRange, decide
+from .multiples import Multiples, divisors_stated
 from .symbols import SymbolKind, SymbolTable
 from .unbacked import Unbacked, needs_value, undecidable
 
@@ -102,6 +103,7 @@ class ShapeEnv:
     # while one side of a branch captured as a cond is traced: the relations that hold there
     # (the predicate, or its negation), which settle the questions that follow from them
     branch_facts: tuple = ()
+    _multiples: dict = field(default_factory=dict)   # branch facts -> what they say divides (multiples())
     # while export captures undecided branches as conds: told each undecided branch question
     # (`splitting.undecided(rel, location)`), it raises BranchUndecided, returns False when no
     # further split is allowed and the question becomes a guard as usual, or True when either
@@ -242,12 +244,24 @@ class ShapeEnv:
                 return found
         found = self.unbacked.decide(rel, self.ranges) if self.unbacked.facts else None
         if found is None and self.branch_facts:
+            found = self.multiples().decide(rel)
+        if found is None and self.branch_facts:
             key = (rel, self.branch_facts)
             found = self._decisions.get(key, _UNSET)
             if found is _UNSET:
                 found = self._decisions[key] = decide_given(rel, self.branch_facts, self.ranges)
         if found is None and self.undecided is not None:
             self.undecided.append(rel)
+        return found
+
+    def multiples(self) -> Multiples:
+        """Reasoning that knows which sizes the current branch facts make multiples of a
+        constant (`seq % 5 == 0` on one side of a cond): shapes/multiples.py. Without such
+        facts it reasons as the plain normal forms and ranges do."""
+        found = self._multiples.get(self.branch_facts)
+        if found is None:
+            found = self._multiples[self.branch_facts] = Multiples(divisors_stated(self.branch_facts),
+                                                                   {s: i.declared for s, i in self.symbols.items()})
         return found
 
     def hints(self) -> dict[sympy.Symbol, sympy.Integer]:
