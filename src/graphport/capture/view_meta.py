@@ -37,10 +37,10 @@ def view_meta(func, args: tuple, kwargs: dict) -> torch.Tensor | None:
     if not isinstance(x, torch.Tensor) or not isinstance(shape, (list, tuple)) or not symbolic_sizes([x]):
         return None
     env = next(s.node.env for s in x.shape if isinstance(s, torch.SymInt))
-    # inside a side of a branch whose facts make a size a multiple (`seq % 5 == 0`), the
-    # sizes are compared knowing it: shapes/multiples.py
+    # where the facts make a size a multiple (`seq % 5 == 0` on one side of a branch, or a
+    # guard), the sizes are compared knowing it: shapes/multiples.py
     algebra = env.multiples()
-    if not (contiguous(x) or _row_major(x, algebra)):
+    if not (contiguous(x) or _row_major(x)):
         return None
     numel = sympy.Integer(1)
     for s in x.shape:
@@ -63,7 +63,8 @@ def view_meta(func, args: tuple, kwargs: dict) -> torch.Tensor | None:
             quotient = algebra.exact_ratio(numel, known)
         else:   # written as simply as the facts allow (`(seq//5)*(seq//(seq//5))` is `seq`)
             quotient = algebra.restore(algebra.rewrite(quotient))
-        if not env.proves(sympy.Gt(known, 0)) or quotient is None:
+        positive = sympy.Gt(known, 0)
+        if not (env.proves(positive) or algebra.decide(positive) is True) or quotient is None:
             return None   # an ambiguous -1 at no elements (eager raises), or not an exact quotient
         sizes[inferred[0]] = symint(sympy.expand(quotient), env)
     elif not algebra.same_value(known, numel):
@@ -72,12 +73,15 @@ def view_meta(func, args: tuple, kwargs: dict) -> torch.Tensor | None:
 
 
 
-def _row_major(x: torch.Tensor, algebra: Multiples) -> bool:
+def _row_major(x: torch.Tensor) -> bool:
     """Row-major strides at every size, read through the shape algebra's normal forms (an exact
     division is its quotient) rather than as written: the strides `contiguous()` gives a
     window-partitioned tensor (`196*((hp)//(7))`) are the products of its sizes (`28*hp`, for
     `hp` a multiple of 7). As in pointwise_meta.contiguous, a dimension of the constant size 1
-    does not constrain its stride, and the products may clamp sizes at 1 (torch's layout)."""
+    does not constrain its stride, and the products may clamp sizes at 1 (torch's layout).
+    Sizes the facts make multiples are read as such (shapes/multiples.py)."""
+    env = next((s.node.env for s in (*x.shape, *x.stride()) if isinstance(s, torch.SymInt)), None)
+    algebra = env.multiples() if env is not None else Multiples({}, {})
     if not algebra.same_value(size_expr(x.storage_offset()), sympy.Integer(0)):
         return False
     plain, clamped = sympy.Integer(1), sympy.Integer(1)

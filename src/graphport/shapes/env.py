@@ -22,7 +22,7 @@ import sympy
 from ..errors import UnsupportedFeatureError
 from ..source import SourceLocation, asked_by_program, innermost_user_location
 from .branch_facts import decide_given
-from .expr import ValueRange, decide
+from .expr import FloorDiv, Mod, ValueRange, decide
 from .multiples import Multiples, divisors_stated
 from .symbols import SymbolKind, SymbolTable
 from .unbacked import Unbacked, needs_value, undecidable
@@ -103,7 +103,7 @@ class ShapeEnv:
     # while one side of a branch captured as a cond is traced: the relations that hold there
     # (the predicate, or its negation), which settle the questions that follow from them
     branch_facts: tuple = ()
-    _multiples: dict = field(default_factory=dict)   # branch facts -> what they say divides (multiples())
+    _multiples: dict = field(default_factory=dict)   # facts -> what they say divides (multiples())
     # while export captures undecided branches as conds: told each undecided branch question
     # (`splitting.undecided(rel, location)`), it raises BranchUndecided, returns False when no
     # further split is allowed and the question becomes a guard as usual, or True when either
@@ -243,8 +243,10 @@ class ShapeEnv:
                             self.assumption_sites[sym] = location or innermost_user_location()
                 return found
         found = self.unbacked.decide(rel, self.ranges) if self.unbacked.facts else None
-        if found is None and self.branch_facts:
-            found = self.multiples().decide(rel)
+        if found is None:
+            multiples = self.multiples()
+            if multiples:
+                found = multiples.decide(rel)
         if found is None and self.branch_facts:
             key = (rel, self.branch_facts)
             found = self._decisions.get(key, _UNSET)
@@ -255,13 +257,17 @@ class ShapeEnv:
         return found
 
     def multiples(self) -> Multiples:
-        """Reasoning that knows which sizes the current branch facts make multiples of a
-        constant (`seq % 5 == 0` on one side of a cond): shapes/multiples.py. Without such
-        facts it reasons as the plain normal forms and ranges do."""
-        found = self._multiples.get(self.branch_facts)
+        """Reasoning that knows which sizes are multiples of a constant: those the current
+        branch facts say are (`seq % 5 == 0` on one side of a cond), and those a guard says are
+        (`torch._check(n % 4 == 0)`: every guard holds wherever the program runs, checked per
+        call or refused at export, as torch's shape environment uses its guards too).
+        shapes/multiples.py. Without such facts it reasons as the normal forms and ranges do."""
+        key = (self.branch_facts, len(self.guards))
+        found = self._multiples.get(key)
         if found is None:
-            found = self._multiples[self.branch_facts] = Multiples(divisors_stated(self.branch_facts),
-                                                                   {s: i.declared for s, i in self.symbols.items()})
+            facts = self.branch_facts + tuple(g.rel for g in self.guards if g.rel.has(Mod))
+            found = self._multiples[key] = Multiples(divisors_stated(facts),
+                                                     {s: i.declared for s, i in self.symbols.items()})
         return found
 
     def hints(self) -> dict[sympy.Symbol, sympy.Integer]:

@@ -59,6 +59,9 @@ class Multiples:
             self._back_exact[quotient] = sym / k
             self._back_floor[quotient] = FloorDiv(sym, sympy.Integer(k))
 
+    def __bool__(self) -> bool:
+        return bool(self._forward)
+
     def rewrite(self, expr: sympy.Basic) -> sympy.Basic:
         """`expr` over the quotients, with what their ranges settle dropped (Max(1, t) -> t)."""
         if not self._forward or not (getattr(expr, "free_symbols", set()) & self._forward.keys()):
