@@ -24,8 +24,10 @@ BLOCK = 5
 
 
 class BlockedAttention(torch.nn.Module):
-    """LongT5's local attention, reduced: pad the sequence to whole blocks, attend within each
-    block, make the result contiguous and view it back with a -1, project, crop."""
+    """LongT5's local attention, reduced: pad the sequence to whole blocks, attend from each block
+    to it and its neighbours, make the result contiguous and view it back with a -1, crop,
+    project. (Before the side knew its length divides, the block length was worked out as
+    `seq // (seq // 5)`, computed in the graph at every call: a ZeroDivisionError below 5.)"""
 
     def __init__(self):
         super().__init__()
@@ -36,8 +38,10 @@ class BlockedAttention(torch.nn.Module):
         if x.shape[1] % BLOCK != 0:
             x = F.pad(x, (0, 0, 0, 0, 0, BLOCK - s % BLOCK))
         blocks = x.reshape(b, x.shape[1] // BLOCK, BLOCK, 2, 3)
-        scores = torch.einsum("...qhd,...khd->...hqk", blocks, blocks)
-        out = torch.einsum("...hqk,...khd->...qhd", scores.softmax(-1), blocks)
+        padded = F.pad(blocks, (0, 0, 0, 0, 0, 0, 1, 1))   # each block with its neighbours
+        keys = torch.cat([padded[:, i:i + blocks.shape[1]] for i in range(3)], dim=2)
+        scores = torch.einsum("...qhd,...khd->...hqk", blocks, keys)
+        out = torch.einsum("...hqk,...khd->...qhd", scores.softmax(-1), keys)
         out = out.contiguous().view(b, -1, 6)
         return self.proj(out[:, :s])
 
