@@ -95,17 +95,30 @@ def _export_split(fn, make_shapes, trace, finish, either_side: frozenset, refusa
 
 
 def _keep_refusal(err: Exception, tree: QuestionTree, refusals: list) -> None:
-    """Remember a refusal met inside a side (a question split, the program's own line named);
-    not one about joining the sides into the cond (a ControlFlowError speaks of torch.cond,
-    which the user did not write: the plain capture's error is clearer there)."""
+    """Remember a refusal met inside a side (a question split, the program's own line named).
+    Not one about joining the sides into the cond (a ControlFlowError speaks of torch.cond,
+    which the user did not write), nor one that still names a split branch's line (the split
+    did not get past it, and the plain capture's error, which lists everything the plain
+    capture found, is the complete one)."""
     if not isinstance(err, GraphportError) or isinstance(err, ControlFlowError) or not tree.questions():
         return
-    if tree.location is not None:
-        err.what += (f"\n  (the branch at {tree.location} was captured with both of its sides, as a cond: "
-                     "this is refused on one of them)")
+    if any(str(location) in err.msg for location in _locations(tree)):
+        return
+    if tree.location is not None:   # said after the first line: fix lists that follow stay parseable
+        first, _, rest = err.what.partition("\n")
+        note = (f"  (the branch at {tree.location} was captured with both of its sides, as a cond: "
+                "this is refused on one of them)")
+        err.what = "\n".join(part for part in (first, note, rest) if part)
         err.msg = err._render()
         err.args = (err.msg,)
     refusals.append(err)
+
+
+def _locations(tree: QuestionTree) -> list:
+    if tree.question is None:
+        return []
+    own = [tree.location] if tree.location is not None else []
+    return own + _locations(tree.true) + _locations(tree.false)
 
 
 # -- sides that compute the same values --------------------------------------------------------
