@@ -13,10 +13,10 @@ needs no cond: once both sides are captured and their graphs are the same comput
 example goes and no guard, and that program, one graph, serves every size. If that capture
 is refused, the program with the cond stands.
 
-When no program comes of it but a split capture got as far as its checks, its refusal is
-the one raised: it names the line inside a side that stands in the way (a view the side
-cannot make at every size it runs), where the plain capture's names the branch that the
-split already handled.
+When no program comes of it, a split capture's refusal (in a side's trace or in export's
+checks) is the one raised where it names no split branch's line: it names the line inside a
+side that stands in the way, where the plain capture's names the branch that the split
+already handled.
 """
 from __future__ import annotations
 

@@ -22,7 +22,7 @@ import sympy
 from ..errors import UnsupportedFeatureError
 from ..source import SourceLocation, asked_by_program, innermost_user_location
 from .branch_facts import decide_given
-from .expr import FloorDiv, Mod, ValueRange, decide
+from .expr import Mod, ValueRange, decide
 from .multiples import Multiples, divisors_stated
 from .symbols import SymbolKind, SymbolTable
 from .unbacked import Unbacked, needs_value, undecidable
@@ -104,6 +104,7 @@ class ShapeEnv:
     # (the predicate, or its negation), which settle the questions that follow from them
     branch_facts: tuple = ()
     _multiples: dict = field(default_factory=dict)   # facts -> what they say divides (multiples())
+    _guarded_divisors: tuple = ((), 0)   # divisibility guards, and how many guards were read for them
     # while export captures undecided branches as conds: told each undecided branch question
     # (`splitting.undecided(rel, location)`), it raises BranchUndecided, returns False when no
     # further split is allowed and the question becomes a guard as usual, or True when either
@@ -262,11 +263,14 @@ class ShapeEnv:
         (`torch._check(n % 4 == 0)`: every guard holds wherever the program runs, checked per
         call or refused at export, as torch's shape environment uses its guards too).
         shapes/multiples.py. Without such facts it reasons as the normal forms and ranges do."""
-        key = (self.branch_facts, len(self.guards))
+        stated, read = self._guarded_divisors
+        if read != len(self.guards):   # only the guards recorded since the last call are read
+            stated += tuple(g.rel for g in self.guards[read:] if g.rel.has(Mod))
+            self._guarded_divisors = (stated, len(self.guards))
+        key = (self.branch_facts, stated)
         found = self._multiples.get(key)
         if found is None:
-            facts = self.branch_facts + tuple(g.rel for g in self.guards if g.rel.has(Mod))
-            found = self._multiples[key] = Multiples(divisors_stated(facts),
+            found = self._multiples[key] = Multiples(divisors_stated(self.branch_facts + stated),
                                                      {s: i.declared for s, i in self.symbols.items()})
         return found
 

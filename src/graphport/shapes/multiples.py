@@ -22,6 +22,8 @@ import sympy
 
 from .expr import INF, FloorDiv, Mod, ValueRange, decide, exact_ratio, refine, same_value
 
+_UNSET = object()
+
 
 def divisors_stated(facts: tuple) -> dict[sympy.Symbol, int]:
     """Symbol -> the constant the facts say it is a multiple of (`Eq(Mod(s, k), 0)`, also
@@ -48,6 +50,7 @@ class Multiples:
         self._forward: dict = {}
         self._back_exact: dict = {}
         self._back_floor: dict = {}
+        self._decided: dict = {}
         for sym, k in divisors.items():
             # a stable name, so that the range reasoning's memo serves every capture alike
             quotient = sympy.Symbol(f"{sym}_over_{k}", integer=True, nonnegative=True)
@@ -89,4 +92,7 @@ class Multiples:
         return None if quotient is None else self.restore(quotient)
 
     def decide(self, rel: sympy.Basic) -> bool | None:
-        return decide(self.rewrite(rel), self.ranges)
+        found = self._decided.get(rel, _UNSET)
+        if found is _UNSET:   # asked again and again while a side is traced: each answered once
+            found = self._decided[rel] = decide(self.rewrite(rel), self.ranges)
+        return found
