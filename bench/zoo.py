@@ -384,7 +384,8 @@ def llava() -> Built:
 
 @_seeded
 def longt5() -> Built:
-    """LongT5 with local attention: the encoder works on blocks of its input length."""
+    """LongT5 with local attention: the encoder works on blocks of 5 of its input length (padded when
+    the length does not divide: a branch captured as a cond), checked on and off whole blocks."""
     from transformers import LongT5Config, LongT5Model
     cfg = LongT5Config(vocab_size=VOCAB, d_model=HIDDEN, d_kv=16, d_ff=FFN, num_layers=LAYERS,
                        num_decoder_layers=LAYERS, num_heads=HEADS, local_radius=4, global_block_size=4,
@@ -396,12 +397,14 @@ def longt5() -> Built:
                     "decoder_input_ids": _ids(batch, dec)}
 
     def spec(dim: DimMaker) -> Any:
-        b, seq = dim("batch", min=1, max=16), dim("seq", min=2, max=128)
+        b, seq = dim("batch", min=1, max=16), dim("seq", min=1, max=128)
         return {"input_ids": {0: b, 1: seq}, "attention_mask": {0: b, 1: seq},
                 "decoder_input_ids": {0: b, 1: dim("dec_seq", min=2, max=64)}}
 
     return Built(LongT5Model(cfg), make, {"batch": 2, "seq": 16, "dec": 8}, {"batch": 3, "seq": 21, "dec": 5},
-                 spec).checked({"batch": 1, "seq": 2, "dec": 2}, {"batch": 2, "seq": 128, "dec": 64})
+                 spec).checked({"batch": 1, "seq": 1, "dec": 2}, {"batch": 1, "seq": 5, "dec": 3},
+                               {"batch": 1, "seq": 7, "dec": 3}, {"batch": 3, "seq": 20, "dec": 8},
+                               {"batch": 2, "seq": 128, "dec": 64})
 
 
 @_seeded

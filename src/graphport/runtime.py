@@ -12,6 +12,7 @@ written back as eager would write them.
 from __future__ import annotations
 
 import keyword
+import re
 from typing import Any
 
 import torch
@@ -145,6 +146,24 @@ class _ProgramCodeGen(fx.graph.CodeGen):
 
     def generate_output(self, output_args, *, descs=None, repr_fn=None) -> str:
         return f"return self._graphport_outputs({(repr_fn or repr)(output_args)})"
+
+    def _gen_python_code(self, nodes, *args, **kwargs):
+        code = super()._gen_python_code(nodes, *args, **kwargs)
+        if any(n.op == "call_function" and n.target is torch.ops.higher_order.cond for n in nodes):
+            code.src = re.sub(r"(= )torch\.ops\.higher_order\.cond\(", r"\1_graphport_cond(", code.src)
+            code.globals["_graphport_cond"] = run_cond
+        return code
+
+
+def run_cond(pred, true_fn, false_fn, operands):
+    """A cond of the program's graph, run. On a size predicate (a Python bool once the call's
+    sizes are known: a branch export captured as a cond) only the side taken runs. torch.cond
+    called eagerly with autograd recording traces both sides at the call's sizes, and the side
+    not taken may fail there (a view into blocks of a length that does not divide the
+    sequence): the call would fail where eager runs."""
+    if isinstance(pred, bool):
+        return (true_fn if pred else false_fn)(*operands)
+    return torch.ops.higher_order.cond(pred, true_fn, false_fn, operands)
 
 
 def _plain_names(names: list[str]) -> bool:

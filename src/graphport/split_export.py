@@ -12,6 +12,11 @@ needs no cond: once both sides are captured and their graphs are the same comput
 (`same_computation`), the capture is made once more with the question answered the way the
 example goes and no guard, and that program, one graph, serves every size. If that capture
 is refused, the program with the cond stands.
+
+When no program comes of it, a split capture's refusal (in a side's trace or in export's
+checks) is the one raised where it names no split branch's line: it names the line inside a
+side that stands in the way, where the plain capture's names the branch that the split
+already handled.
 """
 from __future__ import annotations
 
@@ -23,6 +28,7 @@ import torch.fx
 
 from .capture import Captured
 from .capture.branch_split import QuestionTree, Splitting, split_program
+from .errors import ControlFlowError, GraphportError
 from .program import ExportedProgram
 from .shapes.expr import same_value
 from .shapes.node import size_expr
@@ -37,9 +43,12 @@ def export_with_split_branches(fn: Callable, make_shapes: Callable[[], InputShap
                                ) -> ExportedProgram | None:
     either_side: frozenset = frozenset()
     with_cond = None
+    refusals: list[GraphportError] = []
     while True:
-        found = _export_split(fn, make_shapes, trace, finish, either_side)
+        found = _export_split(fn, make_shapes, trace, finish, either_side, refusals)
         if found is None:
+            if with_cond is None and refusals:
+                raise refusals[-1]   # the split capture's own refusal: the line inside a side
             return with_cond   # the program with the cond, when the one without it is refused
         program, tree = found
         if tree.questions() == 0:
@@ -52,9 +61,10 @@ def export_with_split_branches(fn: Callable, make_shapes: Callable[[], InputShap
         either_side = either_side | {tree.question}
 
 
-def _export_split(fn, make_shapes, trace, finish, either_side: frozenset):
+def _export_split(fn, make_shapes, trace, finish, either_side: frozenset, refusals: list):
     """(program, its question tree) with the undecided branch questions split into conds, those
-    in `either_side` answered from the example; None when that gives no program."""
+    in `either_side` answered from the example; None when that gives no program. A capture with
+    questions split that is refused by export's checks appends its error to `refusals`."""
     tree = QuestionTree()
     while True:
         shapes = make_shapes()
@@ -66,6 +76,7 @@ def _export_split(fn, make_shapes, trace, finish, either_side: frozenset):
         except Exception as err:   # noqa: BLE001 (a side that fails, as eager would there, or disagrees)
             captured = None
             log.info("capture with %d branch question(s) split stopped: %s", tree.questions(), err)
+            _keep_refusal(err, tree, refusals)
         finally:
             shapes.env.splitting = None
         if splitting.request is not None:
@@ -77,9 +88,37 @@ def _export_split(fn, make_shapes, trace, finish, either_side: frozenset):
             return None
         try:
             return finish(program, captured, shapes), tree
-        except Exception as err:   # noqa: BLE001 (the plain capture's error is the one to report)
+        except Exception as err:   # noqa: BLE001 (reported by the caller, or the plain capture's error is)
             log.info("the capture with its branch questions split is refused too: %s", err)
+            _keep_refusal(err, tree, refusals)
             return None
+
+
+def _keep_refusal(err: Exception, tree: QuestionTree, refusals: list) -> None:
+    """Remember a refusal met inside a side (a question split, the program's own line named).
+    Not one about joining the sides into the cond (a ControlFlowError speaks of torch.cond,
+    which the user did not write), nor one that still names a split branch's line (the split
+    did not get past it, and the plain capture's error, which lists everything the plain
+    capture found, is the complete one)."""
+    if not isinstance(err, GraphportError) or isinstance(err, ControlFlowError) or not tree.questions():
+        return
+    if any(str(location) in err.msg for location in _locations(tree)):
+        return
+    if tree.location is not None:   # said after the first line: fix lists that follow stay parseable
+        first, _, rest = err.what.partition("\n")
+        note = (f"  (the branch at {tree.location} was captured with both of its sides, as a cond: "
+                "this is refused on one of them)")
+        err.what = "\n".join(part for part in (first, note, rest) if part)
+        err.msg = err._render()
+        err.args = (err.msg,)
+    refusals.append(err)
+
+
+def _locations(tree: QuestionTree) -> list:
+    if tree.question is None:
+        return []
+    own = [tree.location] if tree.location is not None else []
+    return own + _locations(tree.true) + _locations(tree.false)
 
 
 # -- sides that compute the same values --------------------------------------------------------

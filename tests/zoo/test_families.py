@@ -71,6 +71,34 @@ def test_wavlm_below_two_frames_is_refused_with_the_models_line():
 
 
 @pytest.mark.slow
+def test_longt5_exports_with_a_dynamic_sequence_on_and_off_whole_blocks():
+    """LongT5's local attention pads the sequence to whole blocks of 5 only when it does not
+    divide (`if x.shape[dim] % block_len != 0`): the branch is captured as a cond, and the side
+    where the length divides views its blocks back knowing it does (shapes/multiples.py).
+    Checked at batch 1, the smallest length, multiples of the block and not, and the largest.
+    torch.export fails on this spec (its suggested-fix code raises "Cannot create Dim with
+    inconsistent min=0, max=-26")."""
+    cfg = tf.LongT5Config(vocab_size=100, d_model=32, d_kv=16, d_ff=64, num_layers=1, num_decoder_layers=1,
+                          num_heads=2, local_radius=4, global_block_size=4, encoder_attention_type="local",
+                          use_cache=False)
+    torch.manual_seed(0)
+    model = tf.LongT5Model(cfg).eval()
+
+    def inputs(b, s, d):
+        return (), {"input_ids": torch.randint(0, 100, (b, s)), "attention_mask": torch.ones(b, s, dtype=torch.long),
+                    "decoder_input_ids": torch.randint(0, 100, (b, d))}
+
+    batch, seq = gp.Dim("batch", min=1, max=4), gp.Dim("seq", min=1, max=512)
+    spec = {"input_ids": {0: batch, 1: seq}, "attention_mask": {0: batch, 1: seq},
+            "decoder_input_ids": {0: batch, 1: gp.Dim("dec_seq", min=1, max=64)}}
+    args, kwargs = inputs(2, 16, 8)
+    ep = gp.export(model, args, kwargs, dynamic_shapes=spec)
+    assert sum(n.target is torch.ops.higher_order.cond for n in ep.graph.nodes if n.op == "call_function") >= 1
+    _matches_eager(model, ep, [inputs(b, s, d) for b, s, d in
+                               [(1, 1, 1), (1, 4, 2), (1, 5, 2), (1, 7, 3), (3, 20, 8), (1, 511, 1), (2, 512, 64)]])
+
+
+@pytest.mark.slow
 @pytest.mark.parametrize("name", list(zoo.FAMILIES))
 def test_family_dynamic_export_matches_eager_wherever_torch_export_exports(name: str):
     """Where torch.export's dynamic export exports, graphport's does too; and graphport's program

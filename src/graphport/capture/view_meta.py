@@ -20,7 +20,8 @@ import sympy
 import torch
 
 from ..errors import OperatorError
-from ..shapes.expr import exact_ratio, same_value
+from ..shapes.expr import exact_ratio
+from ..shapes.multiples import Multiples
 from ..shapes.node import size_expr, symint
 from .pointwise_meta import contiguous, symbolic_sizes
 
@@ -33,14 +34,18 @@ def view_meta(func, args: tuple, kwargs: dict) -> torch.Tensor | None:
     if func not in _VIEWS or kwargs or len(args) != 2:
         return None
     x, shape = args
-    if not isinstance(x, torch.Tensor) or not isinstance(shape, (list, tuple)) or not symbolic_sizes([x]) \
-            or not (contiguous(x) or _row_major(x)):
+    if not isinstance(x, torch.Tensor) or not isinstance(shape, (list, tuple)) or not symbolic_sizes([x]):
         return None
     env = next(s.node.env for s in x.shape if isinstance(s, torch.SymInt))
+    # where the facts make a size a multiple (`seq % 5 == 0` on one side of a branch, or a
+    # guard), the sizes are compared knowing it: shapes/multiples.py
+    algebra = env.multiples()
+    if not (contiguous(x) or _row_major(x)):
+        return None
     numel = sympy.Integer(1)
     for s in x.shape:
         numel = numel * size_expr(s)
-    if not same_value(size_expr(x.untyped_storage().nbytes()), numel * x.element_size()):
+    if not algebra.same_value(size_expr(x.untyped_storage().nbytes()), numel * x.element_size()):
         return None
     known, inferred = sympy.Integer(1), [i for i, s in enumerate(shape) if type(s) is int and s == -1]
     if len(inferred) > 1 or any(type(s) is int and s < 0 and s != -1 for s in shape) \
@@ -55,11 +60,14 @@ def view_meta(func, args: tuple, kwargs: dict) -> torch.Tensor | None:
         # without cancelling would leave a size that is a sum of fractions
         quotient = sympy.factor_terms(numel / known)
         if sympy.fraction(quotient)[1] != 1:
-            quotient = exact_ratio(numel, known)
-        if not env.proves(sympy.Gt(known, 0)) or quotient is None:
+            quotient = algebra.exact_ratio(numel, known)
+        else:   # written as simply as the facts allow (`(seq//5)*(seq//(seq//5))` is `seq`)
+            quotient = algebra.restore(algebra.rewrite(quotient))
+        positive = sympy.Gt(known, 0)
+        if not (env.proves(positive) or algebra.decide(positive) is True) or quotient is None:
             return None   # an ambiguous -1 at no elements (eager raises), or not an exact quotient
         sizes[inferred[0]] = symint(sympy.expand(quotient), env)
-    elif not same_value(known, numel):
+    elif not algebra.same_value(known, numel):
         return None
     return torch.empty(sizes, dtype=x.dtype, device="meta")
 
@@ -70,13 +78,16 @@ def _row_major(x: torch.Tensor) -> bool:
     division is its quotient) rather than as written: the strides `contiguous()` gives a
     window-partitioned tensor (`196*((hp)//(7))`) are the products of its sizes (`28*hp`, for
     `hp` a multiple of 7). As in pointwise_meta.contiguous, a dimension of the constant size 1
-    does not constrain its stride, and the products may clamp sizes at 1 (torch's layout)."""
-    if not same_value(size_expr(x.storage_offset()), sympy.Integer(0)):
+    does not constrain its stride, and the products may clamp sizes at 1 (torch's layout).
+    Sizes the facts make multiples are read as such (shapes/multiples.py)."""
+    env = next((s.node.env for s in (*x.shape, *x.stride()) if isinstance(s, torch.SymInt)), None)
+    algebra = env.multiples() if env is not None else Multiples({}, {})
+    if not algebra.same_value(size_expr(x.storage_offset()), sympy.Integer(0)):
         return False
     plain, clamped = sympy.Integer(1), sympy.Integer(1)
     for size, stride in zip(reversed(x.shape), reversed(x.stride())):
         if not (type(size) is int and size == 1):
-            if not (same_value(size_expr(stride), plain) or same_value(size_expr(stride), clamped)):
+            if not (algebra.same_value(size_expr(stride), plain) or algebra.same_value(size_expr(stride), clamped)):
                 return False
         plain = plain * size_expr(size)
         clamped = clamped * (size_expr(size) if type(size) is int else sympy.Max(size_expr(size), 1, evaluate=False))
@@ -122,12 +133,14 @@ def reshape_sizes(sizes: list, shape: list) -> list | None:
             "unspecified dimension size -1 can be any value and is ambiguous",
             fix="this call fails the same way in eager PyTorch; spell the size out instead of -1 where the "
                 "tensor may have no elements")
+    env = next((s.node.env for s in (*sizes, *shape) if isinstance(s, torch.SymInt)), None)
     quotient = sympy.factor_terms(numel / known)
     if sympy.fraction(quotient)[1] != 1:
-        quotient = exact_ratio(numel, known)   # exact only through the normal forms (padded sides)
+        # exact only through the normal forms (padded sides), or through what the facts of a
+        # branch side make a multiple (`seq // (seq // 5)` is 5 where seq % 5 == 0)
+        quotient = exact_ratio(numel, known) if env is None else env.multiples().exact_ratio(numel, known)
     if quotient is None:
         return None
-    env = next((s.node.env for s in (*sizes, *shape) if isinstance(s, torch.SymInt)), None)
     out = list(shape)
     out[inferred[0]] = int(quotient) if quotient.is_Integer else symint(sympy.expand(quotient), env)
     return out

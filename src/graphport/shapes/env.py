@@ -22,7 +22,8 @@ import sympy
 from ..errors import UnsupportedFeatureError
 from ..source import SourceLocation, asked_by_program, innermost_user_location
 from .branch_facts import decide_given
-from .expr import ValueRange, decide
+from .expr import Mod, ValueRange, decide
+from .multiples import Multiples, divisors_stated
 from .symbols import SymbolKind, SymbolTable
 from .unbacked import Unbacked, needs_value, undecidable
 
@@ -102,6 +103,8 @@ class ShapeEnv:
     # while one side of a branch captured as a cond is traced: the relations that hold there
     # (the predicate, or its negation), which settle the questions that follow from them
     branch_facts: tuple = ()
+    _multiples: dict = field(default_factory=dict)   # facts -> what they say divides (multiples())
+    _guarded_divisors: tuple = ((), 0)   # divisibility guards, and how many guards were read for them
     # while export captures undecided branches as conds: told each undecided branch question
     # (`splitting.undecided(rel, location)`), it raises BranchUndecided, returns False when no
     # further split is allowed and the question becomes a guard as usual, or True when either
@@ -241,6 +244,10 @@ class ShapeEnv:
                             self.assumption_sites[sym] = location or innermost_user_location()
                 return found
         found = self.unbacked.decide(rel, self.ranges) if self.unbacked.facts else None
+        if found is None:
+            multiples = self.multiples()
+            if multiples:
+                found = multiples.decide(rel)
         if found is None and self.branch_facts:
             key = (rel, self.branch_facts)
             found = self._decisions.get(key, _UNSET)
@@ -248,6 +255,23 @@ class ShapeEnv:
                 found = self._decisions[key] = decide_given(rel, self.branch_facts, self.ranges)
         if found is None and self.undecided is not None:
             self.undecided.append(rel)
+        return found
+
+    def multiples(self) -> Multiples:
+        """Reasoning that knows which sizes are multiples of a constant: those the current
+        branch facts say are (`seq % 5 == 0` on one side of a cond), and those a guard says are
+        (`torch._check(n % 4 == 0)`: every guard holds wherever the program runs, checked per
+        call or refused at export, as torch's shape environment uses its guards too).
+        shapes/multiples.py. Without such facts it reasons as the normal forms and ranges do."""
+        stated, read = self._guarded_divisors
+        if read != len(self.guards):   # only the guards recorded since the last call are read
+            stated += tuple(g.rel for g in self.guards[read:] if g.rel.has(Mod))
+            self._guarded_divisors = (stated, len(self.guards))
+        key = (self.branch_facts, stated)
+        found = self._multiples.get(key)
+        if found is None:
+            found = self._multiples[key] = Multiples(divisors_stated(self.branch_facts + stated),
+                                                     {s: i.declared for s, i in self.symbols.items()})
         return found
 
     def hints(self) -> dict[sympy.Symbol, sympy.Integer]:
