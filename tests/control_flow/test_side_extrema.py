@@ -7,6 +7,8 @@ side is the plain windowed computation. Every size of the range, on both sides o
 question and at the ends, answers like eager."""
 from __future__ import annotations
 
+import copy
+
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -62,3 +64,28 @@ def test_smaller_maps_keep_their_min():
     for shape in [(1, 2, 2), (1, 3, 9), (2, 4, 4), (1, 9, 2), (2, 9, 9)]:
         x = torch.randn(*shape)
         torch.testing.assert_close(ep.module()(x), model(x), rtol=0, atol=0)
+
+
+class ClampsItself(nn.Module):
+    """Swin's `set_shift_and_window_size`: a small input rewrites the module's own shift, which
+    the rest of the call (and, in eager, every later call) reads."""
+
+    def __init__(self):
+        super().__init__()
+        self.shift = 1
+
+    def forward(self, x):
+        if x.shape[1] <= 4:
+            self.shift = 0
+        return torch.roll(x, self.shift, 1) * 2 if self.shift else x * 3
+
+
+def test_a_side_that_rewrites_the_module_leaves_the_other_side_its_state():
+    """Each side is traced as one call from the module's state at the call: the true side's
+    `self.shift = 0` must not reach the false side's trace (traced after it), nor the module."""
+    model = ClampsItself()
+    ep = gp.export(model, (torch.randn(2, 6),), dynamic_shapes=({1: gp.Dim("n", min=1, max=9)},))
+    assert model.shift == 1
+    for n in (1, 3, 4, 5, 9):
+        x = torch.randn(2, n)
+        torch.testing.assert_close(ep.module()(x), copy.deepcopy(model)(x), rtol=0, atol=0)
