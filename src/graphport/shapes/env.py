@@ -294,8 +294,8 @@ class ShapeEnv:
         hold, as a constant or one of its arguments; None when it has several. Exact: the facts
         are checked at every point of the ranges (branch_facts.decide_given), and the side runs
         only there."""
-        if not self.branch_facts:
-            return None
+        if not self.branch_facts or not extremum.free_symbols <= self.symbols.keys():
+            return None   # a data-dependent value in it: no declared range to check the facts over
         for candidate in (sympy.Integer(self.hint_of(extremum)), *extremum.args):
             if decide_given(sympy.Eq(extremum, candidate), self.branch_facts, self.ranges) is True:
                 return candidate
