@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import copy
 import csv
 import importlib
 import json
@@ -235,7 +236,8 @@ def judged_call(exporter: str, ep: Any, built: Any, sizes: dict[str, int], meta:
         with torch.no_grad(), contextlib.ExitStack() as stack:
             for p in patches:
                 stack.enter_context(p)
-            expected = built.module(*harness.clone_inputs(args), **harness.clone_inputs(kwargs))
+            eager = copy.deepcopy(built.module)   # the module as exported (see measure.check_against_eager)
+            expected = eager(*harness.clone_inputs(args), **harness.clone_inputs(kwargs))
     except Exception as exc:
         return result(BATCH1_NA, f"eager fails at {sizes}: {type(exc).__name__}: {harness.first_line(str(exc))}")
     try:

@@ -92,7 +92,8 @@ def _text(model: nn.Module, with_mask: bool = True, max_seq: int = 128) -> Built
 
 
 def _images(model: nn.Module, channels: int = 3, dynamic_size: bool = False, arg: str = "pixel_values",
-            size: int = IMAGE, other_size: int = 96, max_size: int = 256, size_multiple: int = 1) -> Built:
+            size: int = IMAGE, other_size: int = 96, max_size: int = 256, size_multiple: int = 1,
+            min_size: int = 64) -> Built:
     """An image model, dynamic in batch and, where the architecture allows, image size
     (a multiple of `size_multiple` when the architecture needs exact downsampling)."""
 
@@ -103,7 +104,7 @@ def _images(model: nn.Module, channels: int = 3, dynamic_size: bool = False, arg
         axes = {0: dim("batch", min=1, max=64)}
         if dynamic_size:
             if size_multiple > 1:
-                side = size_multiple * dim("size_blocks", min=64 // size_multiple, max=max_size // size_multiple)
+                side = size_multiple * dim("size_blocks", min=min_size // size_multiple, max=max_size // size_multiple)
             else:
                 side = dim("size", min=64, max=max_size)  # below 64 the stride-32 stages collapse to 1x1
             axes.update({2: side, 3: side})
@@ -290,6 +291,19 @@ def swin_v2() -> Built:
     cfg = Swinv2Config(image_size=IMAGE, patch_size=4, embed_dim=16, depths=[2, 2], num_heads=[2, 2], window_size=7)
     return _images(Swinv2Model(cfg), dynamic_size=True, size_multiple=32, max_size=192).checked(
         {"batch": 1, "size": 64}, {"batch": 1, "size": 128}, {"batch": 2, "size": 160}, {"batch": 3, "size": 192})
+
+
+@_seeded
+def swin_224() -> Built:
+    """Swin v1 as published (SwinConfig's defaults: 224 px, patch 4, window 7, 4 stages of
+    2, 2, 6, 2 blocks) with a dynamic batch and image side, 224 to 384 px in 32-pixel steps
+    (exact patch embedding and merging). At 224 px the last stage is exactly one window: the
+    model clamps its window and drops the shift there (`set_shift_and_window_size`) and pads no
+    stage; every larger side pads. Checked at both sides of that question and at the ends."""
+    from transformers import SwinConfig, SwinModel
+    return _images(SwinModel(SwinConfig()), dynamic_size=True, size=224, other_size=288, size_multiple=32,
+                   min_size=224, max_size=384).checked(
+        {"batch": 1, "size": 224}, {"batch": 1, "size": 256}, {"batch": 2, "size": 320}, {"batch": 1, "size": 384})
 
 
 # Image sizes the dynamic ViT-family programs are checked at: the smallest (64 px, the size of
@@ -607,6 +621,7 @@ FAMILIES: dict[str, ZooModel] = {m.name: m for m in [
     ZooModel("sd3_transformer", "diffusion", sd3_transformer),
     ZooModel("dit", "diffusion", dit),
     ZooModel("swin_v2", "vision", swin_v2),
+    ZooModel("swin_224", "vision", swin_224),
     ZooModel("siglip_vision", "vision", siglip_vision),
     ZooModel("dinov2", "vision", dinov2),
     ZooModel("vit_interpolated", "vision", vit_interpolated),

@@ -54,18 +54,23 @@ _SYMBOLIC_BOOL = (os.path.join(_TORCH_DIR, "__init__.py"), os.path.join(_TORCH_D
 _GRAPHPORT_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
 
 
-def asked_by_program() -> bool:
+def asked_by_program(passing: tuple = _SYMBOLIC_BOOL) -> bool:
     """Whether the question about sizes being answered now comes from the program's own
     Python (the user's code or a library's: `if h == w:`), not from torch's implementation of
     an operator (a shape check inside a kernel): the innermost frame past graphport's own and
-    torch's `bool(SymBool)` machinery."""
+    torch's `bool(SymBool)` machinery (`passing`)."""
     frame = sys._getframe(1)
     while frame is not None:
         filename = frame.f_code.co_filename
-        if not (filename.startswith(_GRAPHPORT_DIR) or filename in _SYMBOLIC_BOOL or filename.startswith("<frozen")):
+        if not (filename.startswith(_GRAPHPORT_DIR) or filename in passing or filename.startswith("<frozen")):
             return not filename.startswith(_TORCH_DIR + os.sep)
         frame = frame.f_back
     return False
+
+
+# where torch turns `min(a, b)` on sizes into a size operation (torch.sym_min, through a torch
+# function mode when one is active)
+SYMBOLIC_EXTREMA = (*_SYMBOLIC_BOOL, os.path.join(_TORCH_DIR, "overrides.py"))
 
 
 def user_frames(limit: int = 64) -> list[FrameType]:

@@ -39,6 +39,7 @@ from .. import _torch
 from ..shapes.env import BranchUndecided, ShapeEnv
 from ..shapes.expr import FloorDiv, Mod
 from ..source import SourceLocation
+from .environment import ModuleSnapshot
 
 pytree = _torch.pytree
 
@@ -102,6 +103,8 @@ def split_program(fn: Callable, tree: QuestionTree, env_symbols: dict, splitting
     """`fn` run as the tree of its undecided questions: each question a torch.cond on the
     input sizes, each leaf `fn` itself, traced given the facts on its way."""
     layouts: list[tuple[Any, list]] = []
+    root = fn if isinstance(fn, torch.nn.Module) else getattr(fn, "__self__", None)
+    root = root if isinstance(root, torch.nn.Module) else None
 
     @functools.wraps(fn)
     def program(*args, **kwargs):
@@ -136,9 +139,15 @@ def split_program(fn: Callable, tree: QuestionTree, env_symbols: dict, splitting
             splitting.path = path
         if env is not None:
             env.branch_facts = facts
+        # each leaf is one call of the program from the module's state at the call: a side that
+        # rewrites the module's attributes (Swin's `self.shift_size = 0` where its last stage is
+        # one window) must not leave them rewritten for the next side's trace
+        snapshot = ModuleSnapshot(root) if root is not None else None
         try:
             out = fn(*args, **kwargs)
         finally:
+            if snapshot is not None:
+                snapshot.restore()
             if env is not None:
                 env.branch_facts = saved
         leaves, spec = pytree.tree_flatten(out)

@@ -313,6 +313,18 @@ class ShapeEnv:
             return sympy.Max(a, b, evaluate=False) if largest else sympy.Min(a, b, evaluate=False)
         return a if a_is_larger == largest else b
 
+    def pinned_by_branch_facts(self, extremum: sympy.Expr) -> sympy.Expr | None:
+        """The one value `extremum` (a Min or Max) has wherever the current branch side's facts
+        hold, as a constant or one of its arguments; None when it has several. Exact: the facts
+        are checked at every point of the ranges (branch_facts.decide_given), and the side runs
+        only there."""
+        if not self.branch_facts or not extremum.free_symbols <= self.symbols.keys():
+            return None   # a data-dependent value in it: no declared range to check the facts over
+        for candidate in (sympy.Integer(self.hint_of(extremum)), *extremum.args):
+            if decide_given(sympy.Eq(extremum, candidate), self.branch_facts, self.ranges) is True:
+                return candidate
+        return None
+
     def proves(self, rel: sympy.Basic) -> bool:
         """Whether the declared ranges alone make `rel` true (no assumption, no guard)."""
         return self._cached_decide(self.simplify(rel), 0) is True

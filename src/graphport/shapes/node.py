@@ -30,6 +30,7 @@ import sympy
 import torch
 
 from ..errors import UnsupportedFeatureError
+from ..source import SYMBOLIC_EXTREMA, asked_by_program
 from .env import ShapeEnv
 from .expr import FloorDiv, Mod
 from .float_error import decide_float_relation
@@ -228,14 +229,37 @@ class SymNode:
     def _pure(self, *others) -> bool:
         return self.recipe is None and all(o.recipe is None for o in others)
 
+    def _pinned_by_branch_facts(self, other: "SymNode", op: str) -> "SymNode | None":
+        """The program's own `min(a, b)` (or max) inside one side of a split branch, where that
+        side's facts make it one value: a Python int (as a literal would be), or the argument
+        it always is; None otherwise. Swin's `if min(h, w) <= window: window = min(h, w)` with
+        sizes >= window makes the window the constant again on that side; carried as
+        `Min(h, w)`, every size built from it would be a new unknown, and the views and the
+        broadcast with the constant-size position table could not be decided. Only the
+        program's calls: torch's own layout arithmetic (`max(size, 1)` in strides) keeps its
+        forms, which the view rules read."""
+        if not asked_by_program(SYMBOLIC_EXTREMA):
+            return None
+        expr = (sympy.Max if op == "sym_max" else sympy.Min)(self.expr, other.expr, evaluate=False)
+        pinned = self.env.pinned_by_branch_facts(expr)
+        if pinned is None:
+            return None
+        if pinned.is_Integer:
+            return SymNode(pinned, self.env, int, constant=int(pinned))
+        return self if pinned == self.expr else other
+
     def _binary(self, other: "SymNode", op: str) -> "SymNode":
         pytype = float if float in (self.pytype, other.pytype) else int
         a, b = self.expr, other.expr
+        exact = self.exact and other.exact
+        if op in _EXTREMA and pytype is int and exact and self.env.branch_facts:
+            pinned = self._pinned_by_branch_facts(other, op)
+            if pinned is not None:
+                return pinned
         if pytype is int and self._pure(other):
             if op in _EXTREMA:
                 return self._new(self.env.extremum(op == "sym_max", a, b), int)
             return self._new(self.env.memo(_SYMPY_ARITH[op], a, b), int)
-        exact = self.exact and other.exact
         expr = None if a.has(Opaque) or b.has(Opaque) else _SYMPY_ARITH[op](a, b)
         if op == "mod" and pytype is float:
             expr = None
