@@ -21,8 +21,8 @@ from __future__ import annotations
 
 import torch
 from torch.overrides import TorchFunctionMode
-from torch.utils._python_dispatch import _get_current_dispatch_mode_stack as _dispatch_mode_stack
 
+from .. import _torch
 from ..audit import PythonAudit
 from ..errors import UnsupportedFeatureError
 from ..source import user_frames
@@ -50,7 +50,7 @@ class TensorStateReads(TorchFunctionMode):
         self.audit = audit
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
-        if torch._C._len_torch_dispatch_stack() > 1:
+        if _torch.dispatch_mode_count() > 1:
             _refuse_dispatch_mode_over_capture()
         if not args or not isinstance(args[0], TracerTensor) or func not in _READS:
             return func(*args, **(kwargs or {}))
@@ -109,7 +109,7 @@ def _refuse_dispatch_mode_over_capture() -> None:
     """A TorchDispatchMode the program entered inside forward sits above capture's own mode: it
     would see capture's operators (composites whole, before capture decomposes them), not the
     ones eager gives it, and its effect would be recorded only in part. Refused."""
-    stack = _dispatch_mode_stack()
+    stack = _torch.dispatch_modes()
     ours = [i for i, mode in enumerate(stack) if isinstance(mode, CaptureMode)]
     above = stack[ours[-1] + 1:] if ours else []
     if above:
