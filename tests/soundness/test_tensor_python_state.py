@@ -328,15 +328,26 @@ def test_a_function_mode_around_export_is_recorded_as_torch_export_records_it():
     torch.testing.assert_close(ep.module()(x), theirs.module()(x))
 
 
-@pytest.mark.xfail(strict=True, reason="a branch of torch.cond runs with capture's torch function modes off: "
-                                       "its reads of autograd state are the tracer's own flags")
-def test_a_read_inside_a_captured_branch():
+@pytest.mark.parametrize("read", READS.values(), ids=READS.keys())
+def test_a_read_inside_a_captured_branch_is_refused(read):
     class InsideCond(nn.Module):
         def forward(self, x):
             def double(t):
                 y = t * 2
-                return y * (2.0 if y.requires_grad else 3.0)
+                return y * (2.0 if read(y) else 3.0)
             return torch.cond(x.sum() > 0, double, lambda t: t + 1, (x,))
-    x = torch.ones(3, 4, requires_grad=True)
-    model = InsideCond()
-    _agree(model, gp.export(model, (x,)), x)
+    with pytest.raises(UnsupportedFeatureError, match="inside a torch.cond branch") as caught:
+        gp.export(InsideCond(), (torch.ones(3, 4, requires_grad=True),))
+    assert caught.value.location.filename == __file__
+
+
+def test_a_read_before_the_branch_as_the_fix_says():
+    class BeforeCond(nn.Module):
+        def forward(self, x):
+            y = x * 2
+            factor = 2.0 if y.requires_grad else 3.0
+            return torch.cond(x.sum() > 0, lambda t: t * factor, lambda t: t + 1, (y,))
+    model = BeforeCond()
+    for requires_grad in (True, False):
+        x = torch.ones(3, 4, requires_grad=requires_grad)
+        _agree(model, gp.export(model, (x,)), x)

@@ -94,7 +94,7 @@ def capture(fn: Callable, args: tuple, kwargs: dict, root: torch.nn.Module | Non
         # a re-trace proving small sizes tracks view-or-copy choices as the capture does
         stack.enter_context(TorchFunctionTracker(rec.enter_torch_fn if locations else None,
                                                  rec if locations or rec.deferred is not None else None, audit))
-        stack.enter_context(TensorStateReads(rec, audit))   # on top: the program's reads of autograd state
+        rec.state_reads = stack.enter_context(TensorStateReads(rec, audit))   # on top: the program's reads of autograd state
         rec.until_done = stack   # contexts capture enters on the way (capture/data_dependent.py)
         with state.swapped() if state is not None else contextlib.nullcontext(), CaptureMode(rec, policy):
             tracer_args, tracer_kwargs = inputs.rebuild()

@@ -16,6 +16,8 @@ own reads happen inside mode handlers, where it is off) and answers it:
 - `.grad` of a parameter, buffer or input (state the graph does not have) and `_version`
   (a count of writes eager keeps per tensor, including writes before the call) are refused.
   `.grad` of a computed value is None, as in eager.
+- Inside a torch.cond branch or a loop body (a subgraph, traced with this mode entered again)
+  the gradient flow is not followed: the reads above are refused there.
 """
 from __future__ import annotations
 
@@ -62,6 +64,11 @@ class TensorStateReads(TorchFunctionMode):
                 f"the program reads `._version` of a traced tensor ({t.gp_label}): eager's version counter counts "
                 "writes made before the call as well, which the exported program cannot know",
                 fix=_FIX_BRANCH)
+        if self.rec.scope.parent is not None:
+            raise UnsupportedFeatureError(
+                f"the program reads `{func.__self__.__name__}` of a tensor inside a torch.cond branch or a loop "
+                "body, whose autograd state graphport does not follow",
+                fix="read it before the torch.cond (or loop) call and use the answer inside as a Python value")
         requires = self._requires_grad(t)
         leaf = self._is_leaf(t, requires)
         if func == _REQUIRES_GRAD:
