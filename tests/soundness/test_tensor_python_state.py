@@ -351,3 +351,23 @@ def test_a_read_before_the_branch_as_the_fix_says():
     for requires_grad in (True, False):
         x = torch.ones(3, 4, requires_grad=requires_grad)
         _agree(model, gp.export(model, (x,)), x)
+
+
+def test_a_read_under_no_grad_at_export_is_reported_for_calls_with_grad():
+    class Computed(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin = nn.Linear(4, 4)
+
+        def forward(self, x):
+            y = self.lin(x)
+            return y * (2.0 if y.requires_grad else 3.0)
+    torch.manual_seed(0)
+    model = Computed()
+    x = _batch(3, False)
+    with torch.no_grad():
+        ep = gp.export(model, (x,))
+        _agree(model, ep, x)
+    (finding,) = [e for e in ep.python_effects if e.kind == BAKED and "requires_grad" in e.what]
+    assert "= False" in finding.what and "y.requires_grad" in finding.location.code
+    assert not torch.allclose(ep.module()(x), model(x))   # with grad on, eager takes the other branch
