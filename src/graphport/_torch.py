@@ -191,3 +191,19 @@ def registered_effect(op) -> bool:
         return False
     return effects._get_effect(op) is not None
 
+
+
+def dispatch_modes() -> list:
+    """The TorchDispatchModes active now, outermost first (empty fast where there are none)."""
+    if torch._C._len_torch_dispatch_stack() == 0:
+        return []
+    from torch.utils._python_dispatch import _get_current_dispatch_mode_stack
+    return _get_current_dispatch_mode_stack()
+
+
+def dispatch_mode_count() -> int:
+    """How many TorchDispatchModes are active now (one C call: checked on every torch function)."""
+    return torch._C._len_torch_dispatch_stack()
+
+
+__all__ += ["dispatch_modes", "dispatch_mode_count"]

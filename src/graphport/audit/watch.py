@@ -307,6 +307,11 @@ class PythonAudit:
                 return True
         return False
 
+    def baked(self, frame, what: str, key: str) -> None:
+        """A value capture answered for the program at `frame` and the graph keeps (reported
+        with the program's baked reads; capture/tensor_state.py)."""
+        self._found(report.BAKED, what, frame, key=key)
+
     def _found(self, effect_kind: str, what: str, frame, key: str = "", restored: bool = False) -> None:
         code = frame.f_code
         location = SourceLocation(code.co_filename, frame.f_lineno, code.co_name)

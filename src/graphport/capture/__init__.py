@@ -37,6 +37,7 @@ from .outputs import finish_graph
 from .recorder import Recorder
 from .sizes import SizeValues
 from .torch_fn import TorchFunctionTracker
+from .tensor_state import TensorStateReads
 from .state import ModuleState
 
 __all__ = ["Captured", "capture", "argument_names", "input_paths", "program_module"]
@@ -93,6 +94,7 @@ def capture(fn: Callable, args: tuple, kwargs: dict, root: torch.nn.Module | Non
         # a re-trace proving small sizes tracks view-or-copy choices as the capture does
         stack.enter_context(TorchFunctionTracker(rec.enter_torch_fn if locations else None,
                                                  rec if locations or rec.deferred is not None else None, audit))
+        rec.state_reads = stack.enter_context(TensorStateReads(rec, audit))   # on top: the program's reads of autograd state
         rec.until_done = stack   # contexts capture enters on the way (capture/data_dependent.py)
         with state.swapped() if state is not None else contextlib.nullcontext(), CaptureMode(rec, policy):
             tracer_args, tracer_kwargs = inputs.rebuild()

@@ -16,6 +16,8 @@ values carried around a loop must keep their shape and dtype.
 """
 from __future__ import annotations
 
+import contextlib
+
 import inspect
 from dataclasses import dataclass
 from typing import Any, Callable
@@ -368,7 +370,9 @@ def trace_subgraph(mode, role: str, fn: Callable, inner: list, outer: list, call
             elif isinstance(node, fx.Node) and node not in scope.sizes:
                 scope.sizes[node] = ph   # a SymInt operand: its uses inside read the placeholder
             placeholders.append(ph)
-        with mode:   # the operator's dispatch left the mode; the function runs under it again
+        # the operator's dispatch left the mode; the function runs under it again, and under the
+        # mode that answers (here: refuses) its reads of autograd state
+        with mode, rec.state_reads if rec.state_reads is not None else contextlib.nullcontext():
             out = call(fn, inner)
         flat_out, out_spec = pytree.tree_flatten(out)
         for i, leaf in enumerate(flat_out):

@@ -35,11 +35,11 @@ class GradFlow:
         self.without_grad: set[fx.Node] = set()
         self._answers: dict[fx.Node, bool] = {}
         self._answers_with_grad: dict[fx.Node, bool] = {}
-        self.entered_with = torch.is_grad_enabled()   # the grad mode the program was called with
+        self.entered_with = _recording_grad()   # the grad mode the program was called with
 
     def note(self, node: fx.Node) -> None:
         """Called as each op node is recorded, under the program's own grad mode."""
-        enabled = torch.is_grad_enabled()
+        enabled = _recording_grad()
         if not enabled:
             self.without_grad.add(node)
         if enabled != self.entered_with:
@@ -80,6 +80,12 @@ class GradFlow:
         if not isinstance(val, (torch.Tensor, list, tuple)):   # sizes and Python scalars
             return False
         return None
+
+
+def _recording_grad() -> bool:
+    """Whether eager would record gradients now: grad mode on, and not in inference mode
+    (where `enable_grad()` turns the grad mode on but records nothing)."""
+    return torch.is_grad_enabled() and not torch.is_inference_mode_enabled()
 
 
 @contextlib.contextmanager

@@ -53,6 +53,7 @@ class Recorder:
         self.sizes: SizeValues | None = None                # when the capture has symbolic sizes
         self.meta_cache = MetaCache()
         self.grad = GradFlow()   # which values eager would make require grad (grad.py)
+        self.state_reads = None   # the mode answering the program's reads of autograd state (tensor_state.py)
         # detach of a value that would require grad is a node (rules.py); not while autograd itself
         # records the calls (the joint replay), where detach stops the gradient on its own
         self.detach_nodes = True

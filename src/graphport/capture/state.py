@@ -12,6 +12,7 @@ import contextlib
 import torch
 import torch.fx as fx
 
+from ..errors import UnsupportedFeatureError
 from ..signature import InputKind, InputSpec, OutputKind, TensorArgument
 from .recorder import Recorder
 from .tracer import TracerTensor
@@ -30,6 +31,7 @@ class ModuleState:
         self.nodes: dict[int, fx.Node] = {}   # id(tracer) -> its placeholder
         for name, p in root.named_parameters():
             t = rec.tracer_for_placeholder("p_" + name.replace(".", "_"), p)
+            _keep_python_attributes(p, t)
             self.params.append((name, p, t))
             self.by_id[id(p)] = t
             self.nodes[id(t)] = rec.root_value(t)
@@ -37,6 +39,7 @@ class ModuleState:
             owner, _, attr = name.rpartition(".")
             persistent = attr not in root.get_submodule(owner)._non_persistent_buffers_set
             t = rec.tracer_for_placeholder("b_" + name.replace(".", "_"), b)
+            _keep_python_attributes(b, t)
             self.buffers.append((name, b, t, persistent))
             self.by_id[id(b)] = t
             self.nodes[id(t)] = rec.root_value(t)
@@ -107,3 +110,14 @@ class ModuleState:
         """Non-persistent buffers live with the constants, as in torch.export."""
         return {n: b for n, b, _, keep in self.buffers if not keep}
 
+
+
+def _keep_python_attributes(real: torch.Tensor, tracer: TracerTensor) -> None:
+    """The Python attributes set on a parameter or buffer (`self.w.scale = 2.0`), on the tracer
+    that stands for it: forward reads them through the tracer, and must read the original's."""
+    for attr, value in vars(real).items():
+        if attr in vars(tracer):
+            raise UnsupportedFeatureError(
+                f"a parameter or buffer has a Python attribute named {attr!r}, a name graphport's capture uses "
+                "for its own tensors", fix=f"rename the attribute {attr!r}")
+        setattr(tracer, attr, value)
