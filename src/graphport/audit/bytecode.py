@@ -11,7 +11,8 @@ run time the audit re-evaluates the chain of the write's target in the frame, ju
 instruction runs, and so finds the object it writes to.
 
 Expressions are tuples: ("fast", name), ("global", name), ("deref", name), ("const", value),
-("attr", base, name), ("item", base, key).
+("attr", base, name), ("item", base, key), and ("call", callee, args) for the calls that only
+name a namespace (`globals()`, `vars(obj)`), so that writes through them have a target.
 """
 from __future__ import annotations
 
@@ -39,12 +40,23 @@ class WriteSite:
     line: int
 
 
+@dataclass(frozen=True)
+class CallSite:
+    """One call: the expression of the callee and those of its positional arguments (None
+    where an argument is not a chain of loads), so the audit can find what a call writes to."""
+    callee: tuple
+    args: tuple
+
+
+_NAMESPACE_CALLS = {("global", "globals"): 0, ("global", "vars"): 1}   # callee -> its argument count
+
+
 @dataclass
 class CodeSites:
     """The instructions of one code object the audit watches."""
     writes: dict[int, WriteSite] = field(default_factory=dict)    # instruction offset -> write
     reads: dict[int, list[tuple]] = field(default_factory=dict)   # line -> expressions read there
-    calls: dict[int, tuple] = field(default_factory=dict)         # offset -> expression of the callee
+    calls: dict[int, CallSite] = field(default_factory=dict)      # offset -> the call
 
     @property
     def empty(self) -> bool:
@@ -76,6 +88,8 @@ def describe(expr: tuple | None) -> str:
         return repr(expr[1])
     if kind == "attr":
         return f"{describe(expr[1])}.{expr[2]}"
+    if kind == "call":
+        return f"{describe(expr[1])}({', '.join(map(describe, expr[2]))})"
     return f"{describe(expr[1])}[{describe(expr[2])}]"
 
 
@@ -147,8 +161,10 @@ def _scan(code: CodeType) -> CodeSites:
             else:
                 stack = [None] * arg
         elif op == "CALL":
+            callee, args = _callee_and_args(stack, arg)
             pop(arg + 2)
-            stack.append(None)
+            namespace = _NAMESPACE_CALLS.get(callee) if callee is not None else None
+            stack.append(("call", callee, args) if namespace == len(args) and all(map(_is_expr, args)) else None)
         else:
             effect = dis.stack_effect(ins.opcode, arg, jump=False) if ins.opcode >= dis.HAVE_ARGUMENT \
                 else dis.stack_effect(ins.opcode, jump=False)
@@ -187,15 +203,24 @@ def _record_write(found: CodeSites, op: str, argval, peek, line: int, offset: in
         found.writes[offset] = WriteSite("del " + site.op, site.target, site.name, line)
 
 
-def _record_call(found: CodeSites, nargs: int, stack: list, line: int, offset: int) -> None:
-    """The callee of a call, where a chain of loads names it; `setattr(obj, "name", value)` and
-    `delattr(obj, "name")` are writes, as STORE_ATTR is."""
+def _callee_and_args(stack: list, nargs: int) -> tuple[tuple | None, tuple]:
+    """The callee expression (None when it is not a chain of loads) and the argument slots of a
+    call about to run; a method loaded with LOAD_METHOD has its object in the callee's base."""
     below = stack[-(nargs + 2)] if len(stack) >= nargs + 2 else None
     callee = stack[-(nargs + 1)] if below == _NULL else below
-    if not _is_expr(callee):
+    args = tuple(stack[-nargs:]) if nargs and len(stack) >= nargs else ()
+    return (callee if _is_expr(callee) else None), args
+
+
+def _record_call(found: CodeSites, nargs: int, stack: list, line: int, offset: int) -> None:
+    """The callee of a call and its arguments, where a chain of loads names the callee;
+    `setattr(obj, "name", value)` and `delattr(obj, "name")` are writes, as STORE_ATTR is."""
+    callee, args = _callee_and_args(stack, nargs)
+    if callee is None:
         return
+    below = stack[-(nargs + 2)] if len(stack) >= nargs + 2 else None
     if callee not in (("global", "setattr"), ("global", "delattr")) or nargs < 2 or below != _NULL:
-        found.calls[offset] = callee
+        found.calls[offset] = CallSite(callee, tuple(a if _is_expr(a) else None for a in args))
         return
     target, name = stack[-nargs], stack[-nargs + 1]
     name = name[1] if _is_expr(name) and name[0] == "const" else None

@@ -9,6 +9,7 @@ from ..source import SourceLocation
 GLOBAL, CLOSURE, ATTRIBUTE, CONTAINER, OUTPUT, LOGGING, CLOCK, RANDOM, IO, NETWORK, ENVIRONMENT, CACHE = (
     "global write", "closure write", "attribute write", "container write", "output", "logging", "clock",
     "random", "I/O", "network", "environment", "cache")
+ITERATOR = "iterator advance"
 # A Python value read by the program and frozen into the graph: reported, never refused.
 BAKED = "baked value"
 
@@ -33,6 +34,7 @@ FIXES = {
     ENVIRONMENT: "set the environment outside forward; " + _GUARD,
     CACHE: "call the undecorated function (`fn.__wrapped__`) in forward, or compute the value once in __init__; "
            + _GUARD,
+    ITERATOR: "make the iterator inside forward, or take the values it yields as inputs; " + _GUARD,
     BAKED: "if the value can change between calls, pass it as an input (a tensor for a number), or export once per "
            "value",
 }

@@ -35,14 +35,16 @@ import torch
 from ..errors import PythonEffectError
 from ..source import SourceLocation
 from . import report
-from .bytecode import WriteSite, describe, sites
-from .calls import builtin_effect, is_logging_call, is_lru_cache
+from .bytecode import CallSite, WriteSite, describe, sites
+from .calls import CONTEXT_VARIABLE, ITERATOR, builtin_effect, is_logging_call, is_lru_cache, written_by_call
 from .frames import OTHER, USER, frame_kind, is_user_callable, runs_no_user_code, user_caller
 from .report import PythonEffect
 
 _MISSING = object()
 _SCALARS = (bool, int, float, str)
 _REACH_DEPTH, _REACH_LIMIT = 3, 20_000
+# a builtin type's methods (`dict.__setitem__`, `ndarray.fill`): binding one runs no user code
+_BUILTIN_DESCRIPTORS = (types.WrapperDescriptorType, types.MethodDescriptorType)
 
 
 class PythonAudit:
@@ -208,11 +210,21 @@ class PythonAudit:
             if reads:
                 self._reads(frame, reads)
 
-    def _call(self, frame, expr: tuple) -> None:
-        """Callables the profiler does not see (extension functions such as NumPy's random
-        generators are not builtins), and functools caches of user functions."""
-        callee = _evaluate(frame, expr, frame.f_locals)
-        if callee is _MISSING or isinstance(callee, (types.BuiltinFunctionType, types.FunctionType, type)):
+    def _call(self, frame, site: CallSite) -> None:
+        """Calls that change an object in place (calls.written_by_call), judged here, where the
+        call's arguments can be read; callables the profiler does not see (extension functions
+        such as NumPy's random generators are not builtins); functools caches of user functions."""
+        local_values = frame.f_locals
+        callee = _evaluate(frame, site.callee, local_values)
+        if callee is _MISSING:
+            return
+        first_expr = site.args[0] if site.args else None
+        first = _evaluate(frame, first_expr, local_values) if first_expr is not None else _MISSING
+        written = written_by_call(callee, None if first is _MISSING else first)
+        if written is not None:
+            self._call_write(frame, site, written, first_expr if written[2] is first else None)
+            return
+        if isinstance(callee, (types.BuiltinFunctionType, types.FunctionType, type)):
             return   # builtins reach the profiler; Python functions are traced themselves
         if is_lru_cache(callee):
             wrapped = getattr(callee, "__wrapped__", None)
@@ -222,6 +234,59 @@ class PythonAudit:
         found = builtin_effect(callee)
         if found is not None and found[2] is None:
             self._found(found[0], found[1], frame)
+
+    def _call_write(self, frame, site: CallSite, written: tuple, target_expr: tuple | None) -> None:
+        """A call about to change `target` in place: an effect when the target outlives the call."""
+        kind, how, target = written
+        on_argument = target_expr is not None
+        if target_expr is None and site.callee[0] == "attr":
+            target_expr = site.callee[1]   # a method: its object is the callee's base
+        if target is None or isinstance(target, torch.Tensor):
+            return   # an unknown target; a tensor's changes are the graph's
+        shown = describe(target_expr) if target_expr is not None else f"a {type(target).__name__}"
+        if kind == report.ATTRIBUTE:
+            name_expr = site.args[1 if on_argument else 0] if len(site.args) > int(on_argument) else None
+            name = name_expr[1] if name_expr is not None and name_expr[0] == "const" else "..."
+            verb = "deletes" if "delattr" in how else "assigns"
+            self._attribute_write(frame, target, shown, name, verb)
+            return
+        namespace = self._namespace(frame, target_expr, target)
+        if namespace is not None:
+            effect_kind, owner, predates, restored = namespace
+            if predates:
+                self._found(effect_kind, f"{how} {shown}, {owner}", frame, restored=restored)
+            return
+        if not self._predates(target, frame):
+            return
+        if kind == ITERATOR:
+            self._found(report.ITERATOR, f"advances the {type(target).__name__} {shown}, which existed before the "
+                                         "call and outlives it: the next call starts where this one stopped", frame)
+        elif kind == CONTEXT_VARIABLE:
+            self._found(report.GLOBAL, f"{how} the context variable {shown}, whose value outlives the call", frame)
+        else:
+            self._found(report.CONTAINER, f"{how} {shown}, a {type(target).__name__} that existed before the call "
+                                          "and outlives it", frame, restored=id(target) in self._restored)
+
+    def _namespace(self, frame, expr: tuple | None, target) -> tuple[str, str, bool, bool] | None:
+        """For a dict that is a namespace, a module's globals (`globals()`, `module.__dict__`) or an
+        object's attributes (`vars(obj)`, `obj.__dict__`): (report kind, whose it is, whether its
+        owner predates the call, whether export restores it); None for any other object. An
+        instance's dict is made when first asked for, so the owner's age is the one that counts."""
+        if target is frame.f_globals:
+            return report.GLOBAL, f"the globals of module {frame.f_globals.get('__name__', '?')}, which outlive the call", True, False
+        base = None
+        if expr is not None and expr[0] == "attr" and expr[2] == "__dict__":
+            base = expr[1]
+        elif expr is not None and expr[0] == "call" and expr[1] == ("global", "vars") and len(expr[2]) == 1:
+            base = expr[2][0]
+        owner = _evaluate(frame, base, frame.f_locals) if base is not None else _MISSING
+        if owner is _MISSING:
+            return None
+        if isinstance(owner, types.ModuleType):
+            return report.GLOBAL, f"the globals of module {owner.__name__}, which outlive the call", True, False
+        return (report.ATTRIBUTE, f"the attributes of {describe(base)}, a {type(owner).__name__} that existed "
+                                  "before the call and outlives it",
+                self._predates(owner, frame), id(owner) in self._restored)
 
     def _write(self, frame, site: WriteSite) -> None:
         op = site.op.removeprefix("del ")
@@ -244,6 +309,11 @@ class PythonAudit:
             self._attribute_write(frame, target, shown, site.name, verb)
         elif target is os.environ:
             self._found(report.ENVIRONMENT, f"{verb} os.environ[{site.name!r}]", frame)
+        elif (namespace := self._namespace(frame, site.target, target)) is not None:
+            effect_kind, owner, predates, restored = namespace
+            if predates:
+                key = "..." if site.name is None else repr(site.name)
+                self._found(effect_kind, f"{verb} {shown}[{key}], in {owner}", frame, restored=restored)
         elif self._predates(target, frame):
             key = "" if site.name is None else repr(site.name)
             self._found(report.CONTAINER, f"{verb} {shown}[{key or '...'}] in a {type(target).__name__} that "
@@ -361,6 +431,14 @@ def _evaluate(frame, expr: tuple, local_values: dict):
         return frame.f_builtins.get(expr[1], _MISSING) if value is _MISSING else value
     if k == "const":
         return expr[1]
+    if k == "call":   # a namespace: `globals()`, `vars(obj)` (bytecode.py records no other call)
+        if expr[1] == ("global", "globals") and frame.f_builtins.get("globals") is globals \
+                and "globals" not in frame.f_globals:
+            return frame.f_globals
+        if expr[1] == ("global", "vars") and frame.f_builtins.get("vars") is vars and "vars" not in frame.f_globals:
+            owner = _evaluate(frame, expr[2][0], local_values)
+            return _attribute(owner, "__dict__") if owner is not _MISSING else _MISSING
+        return _MISSING
     base = _evaluate(frame, expr[1], local_values)
     if base is _MISSING:
         return _MISSING
@@ -382,8 +460,14 @@ def _attribute(obj, name: str):
         own = object.__getattribute__(obj, "__dict__")
     except AttributeError:
         own = None
+    if name == "__dict__":
+        return own if isinstance(own, (dict, types.MappingProxyType)) else _MISSING
     if isinstance(own, dict) and name in own:
         return own[name]
+    if isinstance(own, types.MappingProxyType) and name in own:   # a class's own attribute
+        value = own[name]
+        unbound = isinstance(value, (types.FunctionType, *_BUILTIN_DESCRIPTORS))
+        return value if unbound or not hasattr(type(value), "__get__") else _MISSING
     if isinstance(obj, torch.nn.Module):
         for table in (obj._parameters, obj._buffers, obj._modules):
             if name in table:
@@ -391,7 +475,7 @@ def _attribute(obj, name: str):
     for klass in type(obj).__mro__:
         if name in vars(klass):
             value = vars(klass)[name]
-            if isinstance(value, types.MemberDescriptorType):
+            if isinstance(value, (types.MemberDescriptorType, *_BUILTIN_DESCRIPTORS)):   # runs no Python
                 try:
                     return value.__get__(obj, type(obj))
                 except AttributeError:
