@@ -7,6 +7,7 @@ import contextvars
 import heapq
 import inspect
 import operator
+import types
 import warnings
 
 import numpy as np
@@ -21,6 +22,8 @@ HEAP: list = []
 ARRAY = np.zeros(3)
 FLAG = contextvars.ContextVar("FLAG", default=0)
 STREAM = iter(range(1000))
+NUMBERS = (i for i in range(1000))
+SCRATCH = types.ModuleType("scratch")   # a module of the test's own, so the default run changes no real one
 G = 0
 
 
@@ -120,9 +123,25 @@ def advance(x):
     next(STREAM)  # WRITE
 
 
+def advance_method(x):
+    STREAM.__next__()  # WRITE
+
+
+def send(x):
+    NUMBERS.send(None)  # WRITE
+
+
+def heapify(x):
+    heapq.heapify(ITEMS)  # WRITE
+
+
+def module_dict(x):
+    SCRATCH.__dict__.setdefault("marker", 1)  # WRITE
+
+
 FORMS = [setitem, delitem, iadd, unbound_setitem, bound_setitem, bound_delitem, globals_item, vars_update, dict_item,
          dict_update, set_attr, object_setattr, bound_setattr, insort, heappush, heappop, fill, copyto, context_set,
-         advance]
+         advance, advance_method, send, heapify, module_dict]
 
 
 def _line(body) -> int:
@@ -192,6 +211,7 @@ def local_forms(x):
     token = flag.set(1)
     flag.reset(token)
     count = operator.iadd(total, 1)   # an int: rebinding, not a write
+    operator.setitem(x.clone(), 0, 1.0)   # a tensor: the graph's own write
     return count + len(items) + int(array.sum())
 
 

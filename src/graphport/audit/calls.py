@@ -96,9 +96,10 @@ def builtin_effect(fn) -> tuple[str, str, object] | None:
 
 
 def written_by_call(fn, first) -> tuple[str, object, object] | None:
-    """(what kind of object is changed, how, the object) for a call to `fn` that changes an
-    object in place, else None; `first` is the call's first positional argument (None when not
-    known). The kinds: report.CONTAINER, report.ATTRIBUTE, CONTEXT_VARIABLE, ITERATOR."""
+    """(what kind of object is changed, the call as source text with `{target}` standing for the
+    changed object, the object) for a call to `fn` that changes an object in place, else None;
+    `first` is the call's first positional argument (None when not known). The kinds:
+    report.CONTAINER, report.ATTRIBUTE, CONTEXT_VARIABLE, ITERATOR."""
     name = getattr(fn, "__name__", None)
     if not isinstance(name, str):
         return None
@@ -106,17 +107,17 @@ def written_by_call(fn, first) -> tuple[str, object, object] | None:
     if isinstance(owner, types.ModuleType) or owner is None:
         module = owner.__name__ if owner is not None else getattr(fn, "__module__", None)
         if fn is builtins.next:
-            return (ITERATOR, "advances", first) if _is_iterator(first) else None
+            return (ITERATOR, "next({target})", first) if _is_iterator(first) else None
         if name in _ARGUMENT_WRITERS.get(module, ()):
             if module == "_operator" and name.startswith("i") and not _mutable(first):
                 return None   # `operator.iadd(n, 1)` on an int makes a new value
-            return report.CONTAINER, f"calls {module.lstrip('_')}.{name} on", first
+            return report.CONTAINER, f"{module.lstrip('_')}.{name}({{target}}, ...)", first
         if module == "numpy" and name in _NUMPY_ARGUMENT_WRITERS and _is_ndarray(first):
-            return report.CONTAINER, f"calls numpy.{name} on", first
+            return report.CONTAINER, f"numpy.{name}({{target}}, ...)", first
         if isinstance(fn, (types.WrapperDescriptorType, types.MethodDescriptorType)) and first is not None:
-            return _method_write(name, first, f"calls {fn.__objclass__.__name__}.{name} on")
+            return _method_write(name, first, f"{fn.__objclass__.__name__}.{name}({{target}}, ...)")
         return None
-    return _method_write(name, owner, f"calls .{name} on")
+    return _method_write(name, owner, f"{{target}}.{name}(...)")
 
 
 def _method_write(name: str, obj, how: str) -> tuple[str, object, object] | None:
@@ -130,7 +131,7 @@ def _method_write(name: str, obj, how: str) -> tuple[str, object, object] | None
     if name == "set" and isinstance(obj, contextvars.ContextVar):
         return CONTEXT_VARIABLE, how, obj
     if name in ("__next__", "send", "throw") and _is_iterator(obj):
-        return ITERATOR, "advances", obj
+        return ITERATOR, how, obj
     return None
 
 

@@ -237,7 +237,7 @@ class PythonAudit:
 
     def _call_write(self, frame, site: CallSite, written: tuple, target_expr: tuple | None) -> None:
         """A call about to change `target` in place: an effect when the target outlives the call."""
-        kind, how, target = written
+        kind, call, target = written
         on_argument = target_expr is not None
         if target_expr is None and site.callee[0] == "attr":
             target_expr = site.callee[1]   # a method: its object is the callee's base
@@ -247,25 +247,29 @@ class PythonAudit:
         if kind == report.ATTRIBUTE:
             name_expr = site.args[1 if on_argument else 0] if len(site.args) > int(on_argument) else None
             name = name_expr[1] if name_expr is not None and name_expr[0] == "const" else "..."
-            verb = "deletes" if "delattr" in how else "assigns"
+            verb = "deletes" if "delattr" in call else "assigns"
             self._attribute_write(frame, target, shown, name, verb)
             return
+        call = "calls " + call.replace("{target}", shown)
         namespace = self._namespace(frame, target_expr, target)
         if namespace is not None:
             effect_kind, owner, predates, restored = namespace
             if predates:
-                self._found(effect_kind, f"{how} {shown}, {owner}", frame, restored=restored)
+                self._found(effect_kind, f"{call}, which changes {owner}", frame, restored=restored)
             return
         if not self._predates(target, frame):
             return
         if kind == ITERATOR:
-            self._found(report.ITERATOR, f"advances the {type(target).__name__} {shown}, which existed before the "
-                                         "call and outlives it: the next call starts where this one stopped", frame)
+            self._found(report.ITERATOR, f"{call}, which advances the {type(target).__name__} {shown}: it existed "
+                                         "before the call and outlives it, so the next call starts where this one "
+                                         "stopped", frame)
         elif kind == CONTEXT_VARIABLE:
-            self._found(report.GLOBAL, f"{how} the context variable {shown}, whose value outlives the call", frame)
+            self._found(report.GLOBAL, f"{call}, which sets the context variable {shown}, whose value outlives "
+                                       "the call", frame)
         else:
-            self._found(report.CONTAINER, f"{how} {shown}, a {type(target).__name__} that existed before the call "
-                                          "and outlives it", frame, restored=id(target) in self._restored)
+            self._found(report.CONTAINER, f"{call}, which changes {shown}, a {type(target).__name__} that existed "
+                                          "before the call and outlives it", frame,
+                        restored=id(target) in self._restored)
 
     def _namespace(self, frame, expr: tuple | None, target) -> tuple[str, str, bool, bool] | None:
         """For a dict that is a namespace, a module's globals (`globals()`, `module.__dict__`) or an
