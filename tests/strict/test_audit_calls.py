@@ -28,7 +28,7 @@ G = 0
 
 
 class Holder:
-    pass
+    registry: dict = {"seen": []}   # holds a list, so the collector tracks it (see docs/strict.md)
 
 
 HELD = Holder()
@@ -139,9 +139,14 @@ def module_dict(x):
     SCRATCH.__dict__.setdefault("marker", 1)  # WRITE
 
 
+def class_attribute_method(x):
+    Holder.registry.__setitem__("k", 1)  # WRITE
+
+
 FORMS = [setitem, delitem, iadd, unbound_setitem, bound_setitem, bound_delitem, globals_item, vars_update, dict_item,
          dict_update, set_attr, object_setattr, bound_setattr, insort, heappush, heappop, fill, copyto, context_set,
-         advance, advance_method, send, heapify, module_dict]
+         advance, advance_method, send, heapify, module_dict,
+         class_attribute_method]
 
 
 def _line(body) -> int:
