@@ -28,7 +28,7 @@ G = 0
 
 
 class Holder:
-    registry: dict = {"seen": []}   # holds a list, so the collector tracks it (see docs/strict.md)
+    registry: dict = {}   # a flat dict: the collector does not track it, reachability finds it
 
 
 HELD = Holder()

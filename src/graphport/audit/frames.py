@@ -137,3 +137,10 @@ def _class_kind(cls: type) -> int:
         filename = getattr(sys.modules.get(cls.__module__), "__file__", None)
         found = _class_kinds[cls] = OTHER if filename and _classify(filename) == OTHER else USER
     return found
+
+
+def is_user_class(cls: type) -> bool:
+    """Whether `cls` is defined in a file of the user's (not a builtin, standard-library or
+    installed one): its class attributes are the user's state, which the audit searches."""
+    filename = getattr(sys.modules.get(getattr(cls, "__module__", None)), "__file__", None)
+    return bool(filename) and _classify(filename) == USER

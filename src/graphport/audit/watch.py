@@ -13,7 +13,8 @@ A write matters when its target existed before the call (so it outlives it): the
 call creates are the ones in the cycle collector's youngest generation, which is emptied
 when the audit starts (export keeps the collector paused, so nothing leaves it meanwhile).
 Dicts holding only atomic values are not tracked by the collector; such a dict is taken to
-predate the call when it is reachable from the program's globals, the inputs or the module.
+predate the call when it is reachable from the program's globals (classes of the user's
+included), the inputs or the module.
 
 Inside a module whose forward is not user code (torch's layers, an installed library's
 models) both hooks are off: only the user's Python is audited, and a library model costs
@@ -37,7 +38,7 @@ from ..source import SourceLocation
 from . import report
 from .bytecode import CallSite, WriteSite, describe, sites
 from .calls import CONTEXT_VARIABLE, ITERATOR, builtin_effect, is_logging_call, is_lru_cache, written_by_call
-from .frames import OTHER, USER, frame_kind, is_user_callable, runs_no_user_code, user_caller
+from .frames import OTHER, USER, frame_kind, is_user_callable, is_user_class, runs_no_user_code, user_caller
 from .report import PythonEffect
 
 _MISSING = object()
@@ -497,11 +498,15 @@ def _reachable(target, roots: tuple) -> bool:
         for obj in layer:
             if obj is target:
                 return True
-            if id(obj) in seen or isinstance(obj, (str, bytes, int, float, torch.Tensor, types.ModuleType, type,
+            if id(obj) in seen or isinstance(obj, (str, bytes, int, float, torch.Tensor, types.ModuleType,
                                                    types.FunctionType)) or len(seen) > _REACH_LIMIT:
                 continue
+            if isinstance(obj, type) and not is_user_class(obj):
+                continue
             seen.add(id(obj))
-            if isinstance(obj, dict):
+            if isinstance(obj, type):   # a class of the user's: its class attributes (`Cls.registry`)
+                following += vars(obj).values()
+            elif isinstance(obj, dict):
                 following += obj.values()
             elif isinstance(obj, (list, tuple, set, frozenset)):
                 following += obj
