@@ -39,6 +39,15 @@ class GraphportError(Exception):
             parts.append(f"{TORCH_WORDS} {self.torch_phrase}")
         return "\n".join(parts)
 
+    def add_context(self, line: str) -> None:
+        """Say `line` right after the first line of what happened (where the error was met, when
+        that is not where the user looks first); the lines after it, such as a list of fixes that
+        refine_dynamic_shapes_from_suggested_fixes parses, stay as they are."""
+        first, _, rest = self.what.partition("\n")
+        self.what = "\n".join(part for part in (first, line, rest) if part)
+        self.msg = self._render()
+        self.args = (self.msg,)
+
     def __reduce__(self):   # pickles with its parts, not re-located from wherever it is unpickled
         return _rebuild, (type(self), self.what, self.fix, self.location, self.torch_phrase), self.__dict__
 

@@ -104,13 +104,9 @@ def _keep_refusal(err: Exception, tree: QuestionTree, refusals: list) -> None:
         return
     if any(str(location) in err.msg for location in _locations(tree)):
         return
-    if tree.location is not None:   # said after the first line: fix lists that follow stay parseable
-        first, _, rest = err.what.partition("\n")
-        note = (f"  (the branch at {tree.location} was captured with both of its sides, as a cond: "
-                "this is refused on one of them)")
-        err.what = "\n".join(part for part in (first, note, rest) if part)
-        err.msg = err._render()
-        err.args = (err.msg,)
+    if tree.location is not None:
+        err.add_context(f"  (the branch at {tree.location} was captured with both of its sides, as a cond: "
+                        "this is refused on one of them)")
     refusals.append(err)
 
 
