@@ -81,7 +81,7 @@ class TensorStateReads(TorchFunctionMode):
     def _requires_grad(self, t: TracerTensor) -> bool:
         """Eager's flag: set by the program itself (`requires_grad_()`), or found by the graph's
         gradient flow."""
-        return bool(torch.Tensor.requires_grad.__get__(t)) or self.rec.grad.requires_grad(self.rec.value(t))
+        return bool(_REQUIRES_GRAD(t)) or self.rec.grad.requires_grad(self.rec.value(t))
 
     def _is_leaf(self, t: TracerTensor, requires: bool) -> bool:
         node = self.rec.value(t)
@@ -90,7 +90,7 @@ class TensorStateReads(TorchFunctionMode):
             return bool(getattr(example, "is_leaf", True))
         # a computed value is a leaf when it does not require grad, or when the program made it
         # require grad itself (only a leaf can be)
-        return not requires or bool(torch.Tensor.requires_grad.__get__(t))
+        return not requires or bool(_REQUIRES_GRAD(t))
 
     def _grad(self, t: TracerTensor, func):
         if self.rec.value(t).op == "placeholder":
