@@ -6,7 +6,10 @@ the package name `graphport_base`, copied from `git archive REV src`) and their 
 alternate round by round on the same model objects, so drift hits both alike. Figures are
 CPU seconds: the median and the minimum per side, and the median of the per-round ratios.
 
-    .venv/bin/python bench/export_ab.py --base REV [--models bert,gpt2,llama] [--rounds 10] [--llama70b]
+    .venv/bin/python bench/export_ab.py --base REV [--models bert,gpt2,llama,real:bert_base] [--rounds 10]
+                                        [--llama70b] [--style static|name|max|min1|min2|auto|dynamic|derived]
+
+`--style`: the dynamic_shapes spec written in one of bench/dynamic_cost.py's styles (static: none).
 
 Prints a table; nothing is written (the figures go into a hand-written RESULTS.md section).
 """
@@ -22,6 +25,7 @@ import sys
 import tarfile
 import tempfile
 import time
+import warnings
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run as a script from anywhere
@@ -54,23 +58,36 @@ def llama_70b_meta():
     return model, (), {"input_ids": torch.randint(0, cfg.vocab_size, (1, 128), device="meta")}
 
 
-def zoo_model(name: str):
-    from bench import zoo
+def model_with_spec(name: str, style: str):
+    """(module, args, kwargs, spec_for) of a zoo or `real:` model: `spec_for(package)` writes its
+    dynamic_shapes in `style` with that package's Dim (each revision checks its own class)."""
+    from bench import dynamic_cost
 
-    built = zoo.MODELS[name].build()
-    args, kwargs = built.example_inputs()
-    return built.module, args, kwargs
+    module, args, kwargs, spec_of = (dynamic_cost._real_model(name[5:]) if name.startswith("real:")
+                                     else dynamic_cost._zoo_model(name))
+
+    def spec_for(package):
+        if style == "static":
+            return None
+        own = dynamic_cost.gp
+        dynamic_cost.gp = package
+        try:
+            return spec_of(harness.DimFactory(dynamic_cost.style_dim(style)))
+        finally:
+            dynamic_cost.gp = own
+    return module, args, kwargs, spec_for
 
 
-def compare(exports: dict, model, args, kwargs, rounds: int) -> dict[str, float]:
-    for export in exports.values():
-        export(model, args, kwargs)   # warm-up: each side's one-time costs
-    seconds: dict[str, list[float]] = {side: [] for side in exports}
+def compare(packages: dict, model, args, kwargs, rounds: int, spec_for=lambda package: None) -> dict[str, float]:
+    specs = {side: spec_for(package) for side, package in packages.items()}
+    for side, package in packages.items():
+        package.export(model, args, kwargs, dynamic_shapes=specs[side])   # warm-up: each side's one-time costs
+    seconds: dict[str, list[float]] = {side: [] for side in packages}
     for _ in range(rounds):
-        for side, export in exports.items():
+        for side, package in packages.items():
             gc.collect()
             start = time.process_time()
-            export(model, args, kwargs)
+            package.export(model, args, kwargs, dynamic_shapes=specs[side])
             seconds[side].append(time.process_time() - start)
     base, new = seconds["base"], seconds["this tree"]
     return {"base_median": statistics.median(base), "base_min": min(base), "new_median": statistics.median(new),
@@ -83,21 +100,25 @@ def main() -> None:
     parser.add_argument("--models", default="bert,gpt2,llama,t5,vit,resnet50")
     parser.add_argument("--rounds", type=int, default=10)
     parser.add_argument("--llama70b", action="store_true", help="also LLaMA-70B's config on the meta device")
+    parser.add_argument("--style", default="static", help="the dynamic_shapes style (bench/dynamic_cost.py's STYLES)")
     opts = parser.parse_args()
     torch.set_num_threads(1)   # CPU time counts every thread's; the other benchmarks run on one too
+    warnings.simplefilter("ignore")   # a dynamic export's notes on refused small sizes, once per round
     import graphport
 
     with tempfile.TemporaryDirectory() as tmp:
         base = import_revision(opts.base, Path(tmp))
-        exports = {"base": base.export, "this tree": graphport.export}
-        cases = [(name, lambda name=name: zoo_model(name)) for name in opts.models.split(",") if name]
+        packages = {"base": base, "this tree": graphport}
+        cases = [(name, lambda name=name: model_with_spec(name, opts.style)) for name in opts.models.split(",") if name]
         if opts.llama70b:
-            cases.append(("llama_70b_meta", llama_70b_meta))
-        print(f"{harness.stamp()}\nbase {opts.base}, {opts.rounds} rounds, CPU seconds; load average {os.getloadavg()[0]:.1f}\n")
+            cases.append(("llama_70b_meta", lambda: (*llama_70b_meta(), lambda package: None)))
+        print(f"{harness.stamp()}\nbase {opts.base}, {opts.rounds} rounds, style {opts.style}, CPU seconds; "
+              f"load average {os.getloadavg()[0]:.1f}\n")
         print("| model | base median | base min | this tree median | this tree min | median of round ratios |")
         print("|---|---|---|---|---|---|")
         for name, build in cases:
-            found = compare(exports, *build(), opts.rounds)
+            model, args, kwargs, spec_for = build()
+            found = compare(packages, model, args, kwargs, opts.rounds, spec_for)
             print(f"| {name} | {found['base_median']:.4f} | {found['base_min']:.4f} | {found['new_median']:.4f} | "
                   f"{found['new_min']:.4f} | {found['paired']:.3f} |", flush=True)
 
