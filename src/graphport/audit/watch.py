@@ -9,12 +9,14 @@ Two of Python's hooks, set for the exporting thread only and restored afterwards
   seen just before it runs, with its target; each line's reads of globals and attributes are
   checked for scalar values the graph bakes in.
 
-A write matters when its target existed before the call (so it outlives it): the objects the
-call creates are the ones in the cycle collector's youngest generation, which is emptied
-when the audit starts (export keeps the collector paused, so nothing leaves it meanwhile).
-Dicts holding only atomic values are not tracked by the collector; such a dict is taken to
-predate the call when it is reachable from the program's globals (classes of the user's
-included), the inputs or the module.
+A write matters when its target existed before the call (so it outlives it). The objects the
+call creates are the ones that entered the cycle collector's youngest generation after the
+audit emptied it: those still there, and those a collection moved on meanwhile (a collector
+callback notes them as each collection starts; the collector keeps running during export, so
+a dict the program built before a long run of operators may have left generation 0 by the
+time the program writes into it). Dicts holding only atomic values are not tracked by the
+collector; such a dict is taken to predate the call when it is reachable from the program's
+globals (classes of the user's included), the inputs or the module.
 
 Inside a module whose forward is not user code (torch's layers, an installed library's
 models) both hooks are off: only the user's Python is audited, and a library model costs
@@ -55,7 +57,7 @@ class PythonAudit:
         self.strict = strict
         self.findings: list[PythonEffect] = []
         self._seen: set = set()
-        self._young: set[int] = set()
+        self._young: set[int] = set()       # ids of objects the call created (see _note_young)
         self._old: dict[int, Any] = {}      # objects found to predate the call, kept alive so ids stay theirs
         self._roots: tuple = ()
         self._restored: set[int] = set()   # the exported modules and their plain containers
@@ -76,6 +78,7 @@ class PythonAudit:
         self._thread = threading.get_ident()
         self._restored = _restored_by_export(roots[-1])
         gc.collect(0)   # what is alive now predates the call; generation 0 collects what the call makes
+        gc.callbacks.append(self._note_young)
         saved = sys.getprofile(), sys.gettrace()
         pre = torch.nn.modules.module.register_module_forward_pre_hook(self._enter_module)
         post = torch.nn.modules.module.register_module_forward_hook(self._leave_module, always_call=True)
@@ -85,6 +88,7 @@ class PythonAudit:
             yield
         finally:
             _restore_hooks(saved)
+            gc.callbacks.remove(self._note_young)
             pre.remove()
             post.remove()
             self._old.clear()
@@ -359,14 +363,22 @@ class PythonAudit:
 
     # -- which objects predate the call ----------------------------------------------------------
 
+    def _note_young(self, phase: str, info: dict) -> None:
+        """Collector callback: a collection is about to move what generation 0 holds (all of it
+        made during the call) to an older generation, so its ids are noted as the call's. An id
+        noted stays the call's: its object may die, but whatever takes its address later is
+        made later still."""
+        if phase == "start":
+            self._young.update(map(id, gc.get_objects(generation=0)))
+
     def _predates(self, obj, frame) -> bool:
         """Whether `obj` existed before the call (so a change to it outlives the call)."""
         if id(obj) in self._old:
             return True
+        if id(obj) in self._young:
+            return False
         if gc.is_tracked(obj):
-            if id(obj) not in self._young:
-                self._young = {id(o) for o in gc.get_objects(generation=0)}
-            young = id(obj) in self._young
+            young = any(o is obj for o in gc.get_objects(generation=0))
         else:
             young = not _reachable(obj, (frame.f_globals, *self._roots))
         if not young:
