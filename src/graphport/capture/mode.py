@@ -33,6 +33,7 @@ from .pointwise_meta import pointwise_meta
 from .reduction_meta import reduction_meta
 from .view_meta import reshape_spelled_out, view_meta
 from .recorder import Recorder
+from . import static_composites
 from .custom_objects import is_custom_object
 from .effects import orders as effects_order
 from .rules import HIGHER_ORDER, SPECIAL
@@ -397,13 +398,19 @@ class CaptureMode(_torch.TorchDispatchMode):
                 if out is not None:
                     return out
             with as_eager_requires(tracers, grads):
+                if static_composites.static_capture(self.rec):
+                    try:   # the same answer without recording the insides (static_composites.py)
+                        return static_composites.composite_metadata(
+                            func, args, kwargs, self.rec.meta_cache, self.policy, self._device, _kept_key)
+                    except Exception:
+                        pass   # not followed there, or an error the plain path raises as the user should see it
                 return self.metadata_by_decomposition(func, func.decompose, args, kwargs)
 
         deferred = self.rec.deferred
         if deferred is None:
-            return self.rec.meta_cache.run(("decomposed", func, *grads), args, kwargs, decomposed_meta)
+            return self.rec.meta_cache.run(_kept_key(func, *grads), args, kwargs, decomposed_meta)
         with deferred.metadata_of("kept", (func, grads), args, kwargs) as result:
-            result.append(self.rec.meta_cache.run(("decomposed", func, *grads), args, kwargs, decomposed_meta))
+            result.append(self.rec.meta_cache.run(_kept_key(func, *grads), args, kwargs, decomposed_meta))
         return result[0]
 
     def metadata_by_decomposition(self, func, decomposition, args, kwargs):
@@ -567,9 +574,13 @@ class CaptureMode(_torch.TorchDispatchMode):
                                 f"{type(e).__name__}: {str(e).strip()[:300]}", find_location=True) from e
 
 
-# Composite ops whose kernel (and so output layout) depends on which inputs require grad:
-# CPU attention takes the math kernel when the mask does (capture/grad.py).
-_CHOOSES_KERNEL_BY_GRAD = frozenset({torch.ops.aten.scaled_dot_product_attention.default})
+_CHOOSES_KERNEL_BY_GRAD = static_composites.CHOOSES_KERNEL_BY_GRAD
+
+
+def _kept_key(func, *grads) -> tuple:
+    """The meta cache's key for a kept composite's metadata (with which inputs require grad,
+    where its kernel chooses by that)."""
+    return ("decomposed", func, *grads)
 
 # Composite ops returning a view of their input or a copy depending on its strides.
 _CHOOSES_VIEW_OR_COPY = frozenset({aten.reshape.default})
