@@ -1,9 +1,10 @@
-"""A static capture's kept composites get the metadata the capture mode's decomposition gives.
+"""A static capture's shortcuts give the metadata the plain computations give.
 
 capture/static_composites.py follows a kept composite's decomposition without recording its
-insides, in a static capture only. Each program here is exported twice, with that path and
-with it switched off (every kept composite's metadata then comes from the capture mode's
-decomposition, as in a dynamic capture): the printed programs and every node's metadata
+insides, and capture/static_meta.py gives some operators' metadata in closed form, in a static
+capture only. Each program here is exported twice, with those paths and with both switched
+off (every kept composite's metadata then comes from the capture mode's decomposition, and
+every operator's from torch's meta kernel): the printed programs and every node's metadata
 (shape, strides, storage offset, dtype, device, requires_grad, which values share storage)
 must be identical. The odd layouts (transposed, expanded, sliced, size-0 and size-1
 dimensions, channels-last, inputs that require grad) are where kernels choose differently;
@@ -19,7 +20,7 @@ import torch
 import torch.nn.functional as F
 
 import graphport as gp
-from graphport.capture import static_composites
+from graphport.capture import mode, static_composites
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # bench/ lives at the repo root
 
@@ -64,6 +65,7 @@ def _both(monkeypatch, export) -> tuple[list, list, list[str]]:
     fast = export()
     with monkeypatch.context() as patch:
         patch.setattr(static_composites, "static_capture", lambda rec: False)
+        patch.setattr(mode, "static_meta", lambda func, args, kwargs: None)
         plain = export()
     return fast, plain, followed.names
 

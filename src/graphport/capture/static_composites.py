@@ -14,9 +14,8 @@ to make), nothing of that record is read. `composite_metadata` runs the same dec
 the same tracers under `_FollowedDecomposition`, a mode that does for each sub-operator only
 what the capture mode does to its metadata, in the capture mode's order:
 
-- a functional operator: its meta kernel through the capture's meta cache, with the capture
-  mode's key and computation (eager's `*_like` strides), so entries and answers are the ones
-  the capture mode would make;
+- a functional operator: the capture mode's meta kernel through the capture's meta cache,
+  so entries and answers are the ones the capture mode would make;
 - a view: the view of the meta tensor;
 - a composite the policy keeps: its own decomposition, followed the same way and cached under
   the capture mode's key for kept composites; a composite the policy expands: its decomposition;
@@ -33,7 +32,7 @@ tests/capture/test_static_composites.py compares the two on the zoo and on odd l
 """
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import Any
 
 import torch
 
@@ -44,7 +43,6 @@ from ..ops.views import STORAGE_ADDRESSED
 from . import custom_ops
 from .custom_objects import is_custom_object
 from .data_dependent import rules as data_dependent_rules
-from .eager_check import with_eager_like_strides
 from .effects import orders as effects_order
 from .rules import SPECIAL
 from .tracer import META, TracerTensor
@@ -65,23 +63,23 @@ _NOT_FOLLOWED = frozenset(SPECIAL) | frozenset(DATA_READS) | frozenset(DATA_DEPE
     aten.size.default, aten.stride.default, aten.is_nonzero.default}
 
 
-def composite_metadata(func, args: tuple, kwargs: dict, cache, policy, device_of: Callable, kept_key: Callable) -> Any:
-    """The metadata of kept composite `func` on these tracers, as the capture mode's
-    `metadata_by_decomposition` gives it in a static capture; raises Unfollowed where this
-    mode does not follow the decomposition (the caller then runs the capture mode's).
-    `cache`: the capture's meta cache; `device_of(args, kwargs)`: the device the capture mode
-    gives a result; `kept_key(func)`: the cache key the capture mode uses for a kept composite."""
-    mode = _FollowedDecomposition(cache, policy, device_of, kept_key)
-    return mode.decomposed_meta(func, args, kwargs)
+def composite_metadata(func, args: tuple, kwargs: dict, capture) -> Any:
+    """The metadata of kept composite `func` on these tracers, as the capture mode
+    `capture`'s `metadata_by_decomposition` gives it in a static capture; raises Unfollowed
+    where this mode does not follow the decomposition (the caller then runs the capture mode's).
+    Read from `capture`: its meta cache and meta kernel (the same entries, the same answers),
+    its dispatch policy, the device it gives a result, its cache key for a kept composite."""
+    return _FollowedDecomposition(capture).decomposed_meta(func, args, kwargs)
 
 
 class _FollowedDecomposition(_torch.TorchDispatchMode):
-    def __init__(self, cache, policy, device_of: Callable, kept_key: Callable):
+    def __init__(self, capture):
         super().__init__()
-        self.cache = cache
-        self.policy = policy
-        self.device_of = device_of
-        self.kept_key = kept_key
+        self.cache = capture.rec.meta_cache
+        self.meta_kernel = capture._meta_kernel
+        self.policy = capture.policy
+        self.device_of = capture._device
+        self.kept_key = capture.kept_key
 
     def decomposed_meta(self, func, args, kwargs):
         """Run `func`'s decomposition on tracers; the results' meta tensors."""
@@ -111,8 +109,8 @@ class _FollowedDecomposition(_torch.TorchDispatchMode):
         kind = op_info(func).kind
         meta_args, meta_kwargs = map_args(_meta, (args, kwargs))
         if kind is Kind.FUNCTIONAL:
-            val = self.cache.run(func, meta_args, meta_kwargs, lambda: with_eager_like_strides(
-                func, meta_args, meta_kwargs, func(*meta_args, **meta_kwargs)))
+            val = self.cache.run(func, meta_args, meta_kwargs,
+                                 lambda: self.meta_kernel(func, args, kwargs, meta_args, meta_kwargs))
         elif kind is Kind.VIEW and func not in STORAGE_ADDRESSED:
             val = func(*meta_args, **meta_kwargs)
         else:
