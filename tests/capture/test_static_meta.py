@@ -133,6 +133,41 @@ def test_pointwise_row_major_matches_torch():
     assert answered > len(cases) * 3 // 4
 
 
+BROADCASTING = [aten.add.Tensor, aten.sub.Tensor, aten.mul.Tensor, aten.div.Tensor, aten.maximum.default,
+                aten.minimum.default, aten.eq.Tensor, aten.ne.Tensor, aten.lt.Tensor, aten.le.Tensor, aten.gt.Tensor,
+                aten.ge.Tensor]
+
+
+def _broadcast_partners(shape):
+    """Shapes that broadcast against `shape`: dimensions set to 1, leading ones dropped or added."""
+    for mask in itertools.product((False, True), repeat=len(shape)):
+        partner = tuple(1 if ones else n for ones, n in zip(mask, shape))
+        yield partner
+        yield partner[1:]
+        yield (2, *partner) if len(partner) < 4 else partner
+
+
+def _broadcasting_cases():
+    for shape in _shapes():
+        for partner in _broadcast_partners(shape):
+            for dtype in (torch.float32, torch.float16):
+                a, b = torch.empty(shape, dtype=dtype, device="meta"), torch.empty(partner, dtype=dtype, device="meta")
+                for func in BROADCASTING:
+                    yield func, (a, b), {}
+                    yield func, (b, a), {}
+                yield aten.where.self, (torch.empty(partner, dtype=torch.bool, device="meta"), a, b), {}
+                yield aten.where.self, (torch.empty(shape, dtype=torch.bool, device="meta"), b, b), {}
+            flags = torch.empty(shape, dtype=torch.bool, device="meta")
+            yield aten.bitwise_and.Tensor, (flags, torch.empty(partner, dtype=torch.bool, device="meta")), {}
+        yield aten.add.Tensor, (torch.empty(shape, device="meta"), torch.empty((*shape, 2), device="meta")), {}
+
+
+def test_broadcasting_matches_torch():
+    cases = list(_sample(_broadcasting_cases(), 2500))
+    answered = sum(_refused_or_agree(func, args, kwargs) for func, args, kwargs in cases)
+    assert answered > len(cases) // 2
+
+
 def _matrices(m, n, dtype):
     yield torch.empty(m, n, dtype=dtype, device="meta")
     yield torch.empty(n, m, dtype=dtype, device="meta").t()

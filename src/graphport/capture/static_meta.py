@@ -36,6 +36,8 @@ from typing import Any, Callable
 
 import torch
 
+from .. import _torch
+
 aten = torch.ops.aten
 
 _FLOATING = frozenset({torch.float16, torch.bfloat16, torch.float32, torch.float64})
@@ -116,18 +118,41 @@ def _pointwise(func, args: tuple, kwargs: dict, others: dict, operands, result) 
             return None
     if not tensors:
         return None
-    shape = tensors[0].shape
-    if len(shape) == 0 or any(t.shape != shape for t in tensors) or not all(_row_major(t) for t in tensors) \
-            or all(_channels_last_too(t) for t in tensors):
-        return None
     if func is aten.where.self:
-        condition, *tensors = tensors
-        if condition.dtype is not torch.bool:
+        if tensors[0].dtype is not torch.bool:
             return None
-    dtypes = {t.dtype for t in tensors}
-    if len(dtypes) != 1 or not dtypes <= set(operands):
+        operands_of_dtype = tensors[1:]
+    else:
+        operands_of_dtype = tensors
+    dtypes = {t.dtype for t in operands_of_dtype}
+    if len(dtypes) != 1 or not dtypes <= set(operands) or not all(_row_major(t) for t in tensors):
         return None
-    return torch.empty(shape, dtype=result or tensors[0].dtype, device="meta")
+    dtype = result or operands_of_dtype[0].dtype
+    shape = tensors[0].shape
+    if all(t.shape == shape for t in tensors):
+        if len(shape) == 0 or all(_channels_last_too(t) for t in tensors):
+            return None
+        return torch.empty(shape, dtype=dtype, device="meta")
+    if func not in _BROADCAST_THEN_ONE_PRIM or kwargs:
+        return None
+    try:
+        shape = torch.broadcast_shapes(*(t.shape for t in tensors))
+    except RuntimeError:
+        return None   # torch raises eager's error
+    if len(shape) == 0:
+        return None
+    order = _torch.elementwise_output_order(*(t if t.shape == shape else t.expand(shape) for t in tensors))
+    return torch.empty_permuted(shape, order, dtype=dtype, device="meta")
+
+
+# Pointwise references that broadcast their operands (`expand`) and hand them to one
+# primitive, whose meta kernel orders the result's dimensions by the broadcast operands'
+# strides (`_torch.elementwise_output_order`) and converts dtypes of dense tensors only.
+_BROADCAST_THEN_ONE_PRIM = frozenset({
+    aten.add.Tensor, aten.sub.Tensor, aten.mul.Tensor, aten.div.Tensor, aten.maximum.default,
+    aten.minimum.default, aten.where.self, aten.bitwise_and.Tensor, aten.bitwise_or.Tensor,
+    *(getattr(aten, name).Tensor for name in ("eq", "ne", "lt", "le", "gt", "ge")),
+})
 
 
 def _allowed(value, allowed) -> bool:
