@@ -5,14 +5,18 @@ operators through their reference implementations (type promotion, broadcasting,
 permutation of TensorIterator), `addmm`, `native_layer_norm` and inference batch norm
 through their decompositions, each a few hundred microseconds; a static capture pays that
 for every new signature (the meta cache answers repeats). For the calls below the answer is
-known exactly, and given here without asking torch for more than the dtype:
+known exactly, and given here without running torch's reference:
 
 - pointwise operators whose tensor operands all have one shape and row-major strides (as
   `torch.empty` lays that shape out) and are not all channels-last as well: torch's
   reference takes its row-major short cut (`compute_elementwise_output_strides`), so the
   result is a new row-major tensor of that shape; a dtype conversion of a dense tensor keeps
-  its strides. 0-dim operands are left to torch (a wrapped Python number promotes
+  its strides. All operands 0-dim is left to torch (a wrapped Python number promotes
   differently from a 0-dim tensor, and the flag is not visible here).
+- the binary ones among them (and `where`) on row-major operands that broadcast: their
+  reference expands the operands and hands them to one primitive, whose meta kernel orders
+  the result's dimensions by the expanded operands' strides; that order is asked of the same
+  torch function (`_torch.elementwise_output_order`), without the reference's other work.
 - `addmm` of matrices with a bias broadcasting to the product, all of one floating dtype,
   no `alpha`/`beta`: torch's decomposition adds the bias to the `mm` result, a new row-major
   matrix, which comes first in the addition so its layout wins: a new row-major [M, N]
@@ -27,8 +31,9 @@ known exactly, and given here without asking torch for more than the dtype:
 dtypes: the operands' one floating dtype (bool for comparisons and for logical operators on
 bool tensors), and float32 statistics for the half types; mixed dtypes, integer operands and
 numbers of other types are left to torch, as are calls torch would reject (mismatched shapes,
-a bad keyword). Anything outside these conditions returns None and takes torch's meta kernel. tests/capture/test_static_meta.py compares each form with torch's meta kernel
-over layouts of sizes 0 to 3, in the conditions and outside them.
+a bad keyword). Anything outside these conditions returns None and takes torch's meta
+kernel. tests/capture/test_static_meta.py compares each form with torch's meta kernel over
+layouts of sizes 0 to 3, in the conditions and outside them.
 """
 from __future__ import annotations
 
@@ -106,7 +111,7 @@ def _channels_last_too(t: torch.Tensor) -> bool:
 
 
 def _pointwise(func, args: tuple, kwargs: dict, others: dict, operands, result) -> torch.Tensor | None:
-    """A new row-major tensor of the operands' one shape (see the module's docstring)."""
+    """The result of a pointwise call on row-major operands of one dtype (see the module's docstring)."""
     tensors = []
     arguments = func._schema.arguments
     given = [(arguments[i].name, a) for i, a in enumerate(args)] + list(kwargs.items())
