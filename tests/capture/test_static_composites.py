@@ -70,7 +70,8 @@ def _both(monkeypatch, export) -> tuple[list, list, list[str]]:
     return fast, plain, followed.names
 
 
-@pytest.mark.parametrize("name", ["bert", "gpt2", "llama", "t5", "vit", "resnet50"])
+@pytest.mark.parametrize("name", ["bert", "llama", "t5", "vit", "resnet50",
+                                  pytest.param("gpt2", marks=pytest.mark.slow)])
 def test_zoo_programs_unchanged(name, monkeypatch):
     from bench import zoo
 

@@ -4,8 +4,8 @@ Each case calls an operator on meta tensors of concrete sizes (0 to 3) in many l
 major, transposed, channels-last, sliced (an offset), expanded, and dtypes mixed or not,
 some requiring grad. Where the closed form answers, torch's meta kernel (run below autograd,
 as capture runs it) must give the same shapes, strides, storage offsets, dtypes and
-requires_grad, and must not raise. The default run samples the cases; GRAPHPORT_SLOW=1 runs
-all of them.
+requires_grad, and must not raise. The default run samples about 3500 of the cases;
+GRAPHPORT_SLOW=1 runs all of them (about a million).
 """
 from __future__ import annotations
 
@@ -106,8 +106,8 @@ def _slow() -> bool:
 
 
 def test_pointwise_matches_torch():
-    answered = sum(_agree(func, args, kwargs) for func, args, kwargs in _sample(_pointwise_cases(), 1500))
-    assert answered > 20
+    answered = sum(_agree(func, args, kwargs) for func, args, kwargs in _sample(_pointwise_cases(), 700))
+    assert answered > 10
 
 
 def _row_major_cases():
@@ -128,7 +128,7 @@ def _row_major_cases():
 
 
 def test_pointwise_row_major_matches_torch():
-    cases = list(_sample(_row_major_cases(), 800))
+    cases = list(_sample(_row_major_cases(), 400))
     answered = sum(_agree(func, args, kwargs) for func, args, kwargs in cases)
     assert answered > len(cases) * 3 // 4
 
@@ -163,7 +163,7 @@ def _broadcasting_cases():
 
 
 def test_broadcasting_matches_torch():
-    cases = list(_sample(_broadcasting_cases(), 2500))
+    cases = list(_sample(_broadcasting_cases(), 1000))
     answered = sum(_refused_or_agree(func, args, kwargs) for func, args, kwargs in cases)
     assert answered > len(cases) // 2
 
@@ -199,7 +199,7 @@ def _addmm_cases():
 
 
 def test_addmm_matches_torch():
-    cases = list(_sample(_addmm_cases(), 1200))
+    cases = list(_sample(_addmm_cases(), 500))
     answered = sum(_refused_or_agree(aten.addmm.default, args, kwargs) for args, kwargs in cases)
     assert answered > len(cases) // 4
 
@@ -218,7 +218,7 @@ def _layer_norm_cases():
 
 
 def test_layer_norm_matches_torch():
-    cases = list(_sample(_layer_norm_cases(), 1200))
+    cases = list(_sample(_layer_norm_cases(), 500))
     answered = sum(_refused_or_agree(aten.native_layer_norm.default, args) for args in cases)
     assert answered > len(cases) // 5
 
@@ -238,7 +238,7 @@ def _batch_norm_cases():
 
 
 def test_batch_norm_inference_matches_torch():
-    cases = list(_sample(_batch_norm_cases(), 1000))
+    cases = list(_sample(_batch_norm_cases(), 400))
     answered = sum(_refused_or_agree(aten._native_batch_norm_legit_no_training.default, args) for args in cases)
     assert answered > len(cases) // 5
 
