@@ -207,3 +207,12 @@ def dispatch_mode_count() -> int:
 
 
 __all__ += ["dispatch_modes", "dispatch_mode_count"]
+
+
+def elementwise_output_order(*tensors: torch.Tensor) -> list[int]:
+    """The logical-to-physical order of dimensions torch's pointwise references give their
+    result, for operands already broadcast to one shape (the rule of their meta kernels)."""
+    return torch._prims_common.compute_elementwise_output_logical_to_physical_perm(*tensors)[0]
+
+
+__all__ += ["elementwise_output_order"]

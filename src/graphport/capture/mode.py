@@ -31,8 +31,10 @@ from .grad import as_eager_requires
 from .layer_meta import META_BY_DECOMPOSITION, layer_meta
 from .pointwise_meta import pointwise_meta
 from .reduction_meta import reduction_meta
+from .static_meta import static_meta
 from .view_meta import reshape_spelled_out, view_meta
 from .recorder import Recorder
+from . import static_composites
 from .custom_objects import is_custom_object
 from .effects import orders as effects_order
 from .rules import HIGHER_ORDER, SPECIAL
@@ -275,7 +277,8 @@ class CaptureMode(_torch.TorchDispatchMode):
     def _meta_kernel(self, func, args, kwargs, meta_args, meta_kwargs):
         """torch's meta kernel; on symbolic sizes first the closed forms for the common calls
         (capture/pointwise_meta.py, layer_meta.py, reduction_meta.py, view_meta.py), then torch's own Python
-        decomposition run on the tracers, whose pieces take those closed forms."""
+        decomposition run on the tracers, whose pieces take those closed forms; in a static
+        capture first the exact closed forms at concrete sizes (static_meta.py)."""
         if _symbolic(meta_args):
             out = None
             for closed_form in (pointwise_meta, layer_meta, reduction_meta, view_meta):
@@ -284,6 +287,10 @@ class CaptureMode(_torch.TorchDispatchMode):
                     break
             if out is None and func in META_BY_DECOMPOSITION:
                 out = self.metadata_by_decomposition(func, META_BY_DECOMPOSITION[func], args, kwargs)
+            if out is not None:
+                return out
+        elif self.rec.sizes is None:
+            out = static_meta(func, meta_args, meta_kwargs)   # concrete sizes: closed forms (static_meta.py)
             if out is not None:
                 return out
         return with_eager_like_strides(func, meta_args, meta_kwargs, func(*meta_args, **meta_kwargs))
@@ -397,14 +404,25 @@ class CaptureMode(_torch.TorchDispatchMode):
                 if out is not None:
                     return out
             with as_eager_requires(tracers, grads):
+                if static_composites.static_capture(self.rec):
+                    try:   # the same answer without recording the insides (static_composites.py)
+                        return static_composites.composite_metadata(func, args, kwargs, self)
+                    except Exception:
+                        pass   # not followed there, or an error the plain path raises as the user should see it
                 return self.metadata_by_decomposition(func, func.decompose, args, kwargs)
 
         deferred = self.rec.deferred
         if deferred is None:
-            return self.rec.meta_cache.run(("decomposed", func, *grads), args, kwargs, decomposed_meta)
+            return self.rec.meta_cache.run(self.kept_key(func, *grads), args, kwargs, decomposed_meta)
         with deferred.metadata_of("kept", (func, grads), args, kwargs) as result:
-            result.append(self.rec.meta_cache.run(("decomposed", func, *grads), args, kwargs, decomposed_meta))
+            result.append(self.rec.meta_cache.run(self.kept_key(func, *grads), args, kwargs, decomposed_meta))
         return result[0]
+
+    @staticmethod
+    def kept_key(func, *grads) -> tuple:
+        """The meta cache's key for a kept composite's metadata (with which inputs require grad,
+        where its kernel chooses by that)."""
+        return ("decomposed", func, *grads)
 
     def metadata_by_decomposition(self, func, decomposition, args, kwargs):
         """`func`'s output metadata from running `decomposition` on the tracers, in a scope
@@ -567,9 +585,7 @@ class CaptureMode(_torch.TorchDispatchMode):
                                 f"{type(e).__name__}: {str(e).strip()[:300]}", find_location=True) from e
 
 
-# Composite ops whose kernel (and so output layout) depends on which inputs require grad:
-# CPU attention takes the math kernel when the mask does (capture/grad.py).
-_CHOOSES_KERNEL_BY_GRAD = frozenset({torch.ops.aten.scaled_dot_product_attention.default})
+_CHOOSES_KERNEL_BY_GRAD = static_composites.CHOOSES_KERNEL_BY_GRAD
 
 # Composite ops returning a view of their input or a copy depending on its strides.
 _CHOOSES_VIEW_OR_COPY = frozenset({aten.reshape.default})
