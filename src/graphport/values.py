@@ -28,6 +28,7 @@ class RuntimeValue(torch.Tensor):
     twin and give RuntimeValues on the same device, as torch's fake tensors do."""
 
     gp_meta: torch.Tensor
+    __slots__ = ("gp_meta",)   # no attribute dict: one tracked object less per node of a program
 
     __torch_function__ = _torch.disabled_torch_function_impl
 

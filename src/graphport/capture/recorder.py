@@ -67,6 +67,17 @@ class Recorder:
         # may be a view)
         self.unsettled_aliases: dict[int, Any] = {}
 
+    def release(self) -> None:
+        """Drop what the capture held once its graph is handed on, so that it is freed by
+        reference counting when capture returns rather than left in reference cycles for
+        Python's cyclic collector: capture's own frame (which holds this recorder), the
+        tracers bound in the root scope, and the real tensors kept for their ids."""
+        self.entry_frame = self.user_stack = None
+        self.root._values.clear()
+        self._keepalive.clear()
+        self.constants.clear()
+        self.state_tracers = {}
+
     def defer_assumptions(self, deferred) -> None:
         self.deferred = self.meta_cache.deferred = deferred
 
