@@ -11,20 +11,20 @@ For each model and spec style, after a warm-up export, each of `--rounds` export
 
 - collections per generation during the export, and the CPU time spent in them
   (`gc.callbacks` start/stop);
-- `held`: GC-tracked objects alive after the export while the program is kept
-  (`len(gc.get_objects())` after minus before, the heap collected just before);
-- `cyclic`: objects the collector had to free for this export: those freed by the collections
-  that ran during it plus those a `gc.collect()` finds after the program is dropped
-  (everything left in reference cycles; 0 means the whole export died by reference counting);
+- `garbage`: the export's intermediates left in reference cycles, which only the collector
+  frees: what the collections during the export freed plus what a `gc.collect()` right after
+  it finds while the program is still held (0 means they all died by reference counting);
+- `program`: GC-tracked objects the returned program keeps alive (`len(gc.get_objects())`
+  after that collection minus before the export, the heap collected just before);
 - `left`: tracked objects still alive after the program is dropped and the heap collected
-  (caches that grew; expected near 0 once warm).
+  (caches that grew; 0 once warm, but for bounded caches).
 
-Then `--rounds` more exports back to back, each program dropped, with no collection forced in
+Then `--loop` more exports back to back, each program dropped, with no collection forced in
 between (a user's loop): `loop gen2` is the full collections they ran, `loop gc %` the share of
 their CPU time spent in the collector.
 
     .venv/bin/python bench/gc_pressure.py [--models bert,llama] [--styles static,max] [--rounds 3]
-                                          [--depth N] [--base REV]
+                                          [--loop 12] [--depth N] [--base REV]
 
 `--depth N` adds bench/scale.py's synthetic transformer at N layers (static). `--base REV`
 also measures graphport as of git revision REV, imported next to this tree's
@@ -85,11 +85,10 @@ def one_export(export, watch: CollectorWatch) -> dict[str, Any]:
     with watch:
         ep = export()
     cpu = time.process_time() - cpu
-    held = len(gc.get_objects()) - before
-    row = {"cpu": cpu, "gen": list(watch.collections), "gc_s": watch.seconds, "held": held}
+    row = {"cpu": cpu, "gen": list(watch.collections), "gc_s": watch.seconds,
+           "garbage": watch.collected + gc.collect(), "program": len(gc.get_objects()) - before}
     del ep
-    after_drop = gc.collect()
-    row["cyclic"] = watch.collected + after_drop
+    gc.collect()
     row["left"] = len(gc.get_objects()) - before
     return row
 
@@ -122,6 +121,7 @@ def main() -> None:
     parser.add_argument("--models", default="bert,llama")
     parser.add_argument("--styles", default="static,max")
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--loop", type=int, default=12, help="exports back to back for the loop columns")
     parser.add_argument("--depth", type=int, default=None)
     parser.add_argument("--base", default=None, help="also measure graphport as of this git revision")
     opts = parser.parse_args()
@@ -139,7 +139,7 @@ def main() -> None:
             packages = {"base": import_revision(opts.base, Path(tmp)), **packages}
         print(f"{harness.stamp()}\n{opts.rounds} rounds after a warm-up export; medians per export; "
               f"gen0/gen1/gen2: collections of each generation; gc s: CPU in them\n")
-        print("| model | graphport | CPU s | gen0/gen1/gen2 | gc s | held | cyclic | left | loop gen2 | loop gc % |")
+        print("| model | graphport | CPU s | gen0/gen1/gen2 | gc s | garbage | program | left | loop gen2 | loop gc % |")
         print("|---|---|---|---|---|---|---|---|---|---|")
         for label, build in cases([m for m in opts.models.split(",") if m], opts.styles.split(","), opts.depth):
             model, args, kwargs, spec_for = build()
@@ -151,12 +151,12 @@ def main() -> None:
             for _ in range(opts.rounds):
                 for side, export in exports.items():
                     rows[side].append(one_export(export, watch))
-            loops = {side: export_loop(export, watch, opts.rounds) for side, export in exports.items()}
+            loops = {side: export_loop(export, watch, opts.loop) for side, export in exports.items()}
             for side, found in rows.items():
                 med = lambda key: statistics.median(r[key] for r in found)  # noqa: E731
                 gens = "/".join(f"{statistics.median(r['gen'][g] for r in found):g}" for g in range(3))
-                print(f"| {label} | {side} | {med('cpu'):.3f} | {gens} | {med('gc_s'):.3f} | {med('held'):.0f} | "
-                      f"{med('cyclic'):.0f} | {med('left'):.0f} | {loops[side][0]} | {100 * loops[side][1]:.0f} |", flush=True)
+                print(f"| {label} | {side} | {med('cpu'):.3f} | {gens} | {med('gc_s'):.3f} | {med('garbage'):.0f} | "
+                      f"{med('program'):.0f} | {med('left'):.0f} | {loops[side][0]} | {100 * loops[side][1]:.0f} |", flush=True)
     gc.callbacks.remove(watch)
 
 

@@ -40,6 +40,8 @@ class Recorder:
         self.locations = locations   # False: nodes get no source location or module stack (a proof re-trace)
         self.module_stack: list[tuple[str, str, str]] = []  # (call key, fqn, qualified type) of active calls
         self.torch_fn: tuple | None = None                  # the torch function running (torch_fn.py)
+        # its `torch_fn` metadata and `source_fn_stack` entry, made once for all the nodes it records
+        self._torch_fn_meta: tuple[tuple, tuple] | None = None
         self.constants: dict[int, TracerTensor] = {}       # id(real tensor) -> its lifted tracer
         self.constant_values: dict[str, torch.Tensor] = {}  # target -> real tensor
         self.constant_names: dict[int, str] = {}           # id(attribute tensor) -> attribute fqn
@@ -73,6 +75,7 @@ class Recorder:
         Python's cyclic collector: capture's own frame (which holds this recorder), the
         tracers bound in the root scope, and the real tensors kept for their ids."""
         self.entry_frame = self.user_stack = None
+        self.state_reads = self.until_done = self.objects = None   # each holds this recorder
         self.root._values.clear()
         self._keepalive.clear()
         self.constants.clear()
@@ -293,15 +296,20 @@ class Recorder:
         if scope.recording and self.locations:
             node.meta["gp_stack"] = self.user_stack() or self.fallback_stack
             node.meta["nn_module_stack"] = {f"L__self__{key}": (fqn, typ) for key, fqn, typ in self.module_stack}
-            if self.torch_fn is not None:
-                label, qualified, func = self.torch_fn
-                node.meta["torch_fn"] = (label, qualified)
-                node.meta["source_fn_stack"] = [(label, func)]
+            if self._torch_fn_meta is not None:
+                torch_fn, source_fn = self._torch_fn_meta
+                node.meta["torch_fn"] = torch_fn
+                node.meta["source_fn_stack"] = [source_fn]
         return node
 
     def enter_torch_fn(self, torch_fn: tuple | None) -> None:
         """(label, qualified name, function) of the torch function now running, or None."""
         self.torch_fn = torch_fn
+        if torch_fn is None:
+            self._torch_fn_meta = None
+        else:
+            label, qualified, func = torch_fn
+            self._torch_fn_meta = ((label, qualified), (label, func))
 
     def wrap(self, val: Any, node: fx.Node, device: torch.device, view_of: TracerTensor | None = None,
              step: tuple | None = None) -> Any:
