@@ -4,8 +4,9 @@
   freed by reference counting when capture returns, not left in reference cycles.
 - The shortcuts that make fewer objects per node (one `source_fn_stack` entry and `torch_fn`
   tuple per torch function call, one `torch.Size` per static shape in `tensor_meta`, a plain
-  tensor `val` finished without mapping over it) give the program the plain forms give:
-  printed program, every node's metadata, and the saved file byte for byte.
+  tensor `val` finished without mapping over it) and a node made without fx's walk of its
+  arguments (`recorder.call_node`) give the program the plain forms give: printed program,
+  every node's metadata, and the saved file byte for byte.
 """
 from __future__ import annotations
 
@@ -131,4 +132,6 @@ def test_fewer_objects_same_program(name, dynamic, monkeypatch):
     monkeypatch.setattr(values, "_on_device", _plain_on_device)
     monkeypatch.setattr(values, "_tensor_meta", _plain_tensor_meta)
     monkeypatch.setattr(recorder.Recorder, "enter_torch_fn", _plain_enter_torch_fn)
+    monkeypatch.setattr(recorder, "call_node", lambda graph, target, args, kwargs, name: graph.create_node(
+        "call_function", target, args, kwargs, name=name))
     assert export() == fast

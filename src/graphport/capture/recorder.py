@@ -31,6 +31,18 @@ from .sizes import SizeValues, as_sym, emit_recipe, is_sym, recomputed_inside
 from .tracer import TracerTensor, meta_like
 
 
+def call_node(graph: fx.Graph, target, args: tuple, kwargs: dict, name: str) -> fx.Node:
+    """`graph.create_node("call_function", ...)`, without fx's walk of the arguments with the
+    general pytree looking for raw symbolic sizes to warn about (a tenth of recording a node):
+    the node is made without its arguments, then given them (`graph_arg` has made every
+    symbolic size a graph value already). Where the graph's module has node-creation hooks,
+    which would see the node before its arguments, fx's own path is taken."""
+    if graph.owning_module is None and type(args) is tuple:
+        node = graph.create_node("call_function", target, (), kwargs, name=name)
+        node.args = args
+        return node
+    return graph.create_node("call_function", target, args, kwargs, name=name)
+
 
 class Recorder:
     def __init__(self, entry_frame=None, locations: bool = True):
@@ -290,7 +302,7 @@ class Recorder:
     def node(self, target, args, kwargs, val) -> fx.Node:
         name = target.overloadpacket.__name__ if isinstance(target, _torch.OpOverload) else target.__name__
         scope = self.scope
-        node = scope.graph.create_node("call_function", target, args, kwargs, name=name)
+        node = call_node(scope.graph, target, args, kwargs, name)
         node.meta["val"] = val
         self.grad.note(node)
         if scope.recording and self.locations:
