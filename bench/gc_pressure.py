@@ -11,6 +11,10 @@ For each model and spec style, after a warm-up export, each of `--rounds` export
 
 - collections per generation during the export, and the CPU time spent in them
   (`gc.callbacks` start/stop);
+- `promoted`: objects the export moved into the oldest generation and still there when it
+  returns (alive, or garbage not yet collected): CPython runs a full collection of the whole
+  heap once the objects promoted since the last one exceed a quarter of the heap, so this is
+  what sets how often a loop of exports pays one;
 - `garbage`: the export's intermediates left in reference cycles, which only the collector
   frees: what the collections during the export freed plus what a `gc.collect()` right after
   it finds while the program is still held (0 means they all died by reference counting);
@@ -85,7 +89,8 @@ def one_export(export, watch: CollectorWatch) -> dict[str, Any]:
     with watch:
         ep = export()
     cpu = time.process_time() - cpu
-    row = {"cpu": cpu, "gen": list(watch.collections), "gc_s": watch.seconds,
+    promoted = len(gc.get_objects(generation=2)) - before
+    row = {"cpu": cpu, "gen": list(watch.collections), "gc_s": watch.seconds, "promoted": promoted,
            "garbage": watch.collected + gc.collect(), "program": len(gc.get_objects()) - before}
     del ep
     gc.collect()
@@ -139,8 +144,9 @@ def main() -> None:
             packages = {"base": import_revision(opts.base, Path(tmp)), **packages}
         print(f"{harness.stamp()}\n{opts.rounds} rounds after a warm-up export; medians per export; "
               f"gen0/gen1/gen2: collections of each generation; gc s: CPU in them\n")
-        print("| model | graphport | CPU s | gen0/gen1/gen2 | gc s | garbage | program | left | loop gen2 | loop gc % |")
-        print("|---|---|---|---|---|---|---|---|---|---|")
+        columns = ["model", "graphport", "CPU s", "gen0/gen1/gen2", "gc s", "promoted", "garbage", "program", "left",
+                   "loop gen2", "loop gc %"]
+        print("| " + " | ".join(columns) + " |\n" + "|---" * len(columns) + "|")
         for label, build in cases([m for m in opts.models.split(",") if m], opts.styles.split(","), opts.depth):
             model, args, kwargs, spec_for = build()
             exports = {side: (lambda p=p, spec=spec_for(p): p.export(model, args, kwargs, dynamic_shapes=spec))
@@ -155,8 +161,10 @@ def main() -> None:
             for side, found in rows.items():
                 med = lambda key: statistics.median(r[key] for r in found)  # noqa: E731
                 gens = "/".join(f"{statistics.median(r['gen'][g] for r in found):g}" for g in range(3))
-                print(f"| {label} | {side} | {med('cpu'):.3f} | {gens} | {med('gc_s'):.3f} | {med('garbage'):.0f} | "
-                      f"{med('program'):.0f} | {med('left'):.0f} | {loops[side][0]} | {100 * loops[side][1]:.0f} |", flush=True)
+                cells = [label, side, f"{med('cpu'):.3f}", gens, f"{med('gc_s'):.3f}",
+                         *(f"{med(key):.0f}" for key in ("promoted", "garbage", "program", "left")),
+                         str(loops[side][0]), f"{100 * loops[side][1]:.0f}"]
+                print("| " + " | ".join(cells) + " |", flush=True)
     gc.callbacks.remove(watch)
 
 
