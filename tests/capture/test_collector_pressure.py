@@ -66,17 +66,17 @@ def test_capture_state_is_freed_by_reference_counting(monkeypatch):
     gp.export(model, (torch.randn(3, 4, 8),))
     monkeypatch.setattr(capture_package, "Recorder", WatchedRecorder)
 
-    def tracers() -> list:
+    def alive_tracers() -> list:
         return [o for o in gc.get_objects() if type(o) is TracerTensor]
 
     def export_and_look():
-        before = {id(t) for t in tracers()}   # other tests' tracers, kept on purpose
+        before = {id(t) for t in alive_tracers()}   # other tests' tracers, kept on purpose
         ep = gp.export(model, (torch.randn(3, 4, 8),))
-        return ep, [ref() is None for ref in made], [t for t in tracers() if id(t) not in before]
+        return ep, [ref() is None for ref in made], [t for t in alive_tracers() if id(t) not in before]
 
-    ep, freed, tracers = _with_collector_paused(export_and_look)
+    ep, freed, left_behind = _with_collector_paused(export_and_look)
     assert freed == [True]
-    assert tracers == []
+    assert left_behind == []
     assert torch.allclose(ep.module()(x := torch.randn(3, 4, 8)), model(x))
 
 
