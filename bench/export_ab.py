@@ -6,7 +6,7 @@ the package name `graphport_base`, copied from `git archive REV src`) and their 
 alternate round by round on the same model objects, so drift hits both alike. Figures are
 CPU seconds: the median and the minimum per side, and the median of the per-round ratios.
 
-    .venv/bin/python bench/export_ab.py --base REV [--models bert,gpt2,llama,real:bert_base] [--rounds 10]
+    .venv/bin/python bench/export_ab.py --base REV [--models bert,gpt2,llama,real:bert_base,stack:256] [--rounds 10]
                                         [--llama70b] [--style static|name|max|min1|min2|auto|dynamic|derived]
 
 `--style`: the dynamic_shapes spec written in one of bench/dynamic_cost.py's styles (static: none).
@@ -63,6 +63,10 @@ def model_with_spec(name: str, style: str):
     dynamic_shapes in `style` with that package's Dim (each revision checks its own class)."""
     from bench import dynamic_cost
 
+    if name.startswith("stack:"):   # bench/scale.py's synthetic transformer at that many layers (static)
+        from bench.scale import BATCH, HIDDEN, SEQ, Stack
+
+        return Stack(int(name[6:])).eval(), (torch.randn(BATCH, SEQ, HIDDEN),), {}, lambda package: None
     module, args, kwargs, spec_of = (dynamic_cost._real_model(name[5:]) if name.startswith("real:")
                                      else dynamic_cost._zoo_model(name))
 

@@ -172,13 +172,17 @@ class UserStacks:
     from the same frame), and walking the frames outside it is most of each walk. While a
     plain function's frame runs, the frames outside it are suspended in the calls that lead
     to it, so their locations cannot change: they are remembered for that frame, and only its
-    own line is read again. A generator's or coroutine's frame can be resumed from another
+    own line is read again (on the same line, the same tuple is given again: the nodes one
+    torch call records share it). A generator's or coroutine's frame can be resumed from another
     caller, so it is walked in full every time."""
 
     def __init__(self, stop_at: FrameType | None):
         self.stop_at = stop_at
         self._frame: FrameType | None = None   # kept alive, so no other frame can take its identity
         self._outside: tuple[SourceLocation, ...] = ()
+        # the last answer for that frame and its line: nodes recorded from one line share one tuple
+        self._here: SourceLocation | None = None
+        self._stack: tuple[SourceLocation, ...] = ()
 
     def __call__(self) -> tuple[SourceLocation, ...]:
         frame = sys._getframe(1)
@@ -195,11 +199,17 @@ class UserStacks:
             return _walk(sys._getframe(1), stop_at)   # no user frame: torch.nn's stands in
         here = _location(code, frame.f_lineno)
         if frame is self._frame:
-            return (*self._outside, here)
-        outside = _walk(frame.f_back, stop_at, nn_fallback=False)
-        if not code.co_flags & _RESUMABLE:
+            if here is self._here:   # the same line again (one torch call records several nodes)
+                return self._stack
+            stack = (*self._outside, here)
+        else:
+            outside = _walk(frame.f_back, stop_at, nn_fallback=False)
+            stack = (*outside, here)
+            if code.co_flags & _RESUMABLE:
+                return stack
             self._frame, self._outside = frame, outside
-        return (*outside, here)
+        self._here, self._stack = here, stack
+        return stack
 
 
 def format_stack_trace(stack: tuple[SourceLocation, ...]) -> str:

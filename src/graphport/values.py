@@ -28,6 +28,7 @@ class RuntimeValue(torch.Tensor):
     twin and give RuntimeValues on the same device, as torch's fake tensors do."""
 
     gp_meta: torch.Tensor
+    __slots__ = ("gp_meta",)   # no attribute dict: one tracked object less per node of a program
 
     __torch_function__ = _torch.disabled_torch_function_impl
 
@@ -64,6 +65,7 @@ def finish_metadata(gm: fx.GraphModule) -> None:
     `tensor_meta` for tensors."""
     # a value lifted into subgraphs is the outer node's own object: converted once for all
     made: dict[tuple[int, torch.device], tuple] = {}   # (id(val), device) -> (val, converted, tensor_meta)
+    sizes: dict[tuple[int, ...], torch.Size] = {}    # static shapes, one immutable Size object each
     for graph_module in [gm, *(m for m in gm.modules() if isinstance(m, fx.GraphModule) and m is not gm)]:
         devices: dict[fx.Node, torch.device] = {}
         for node in graph_module.graph.nodes:
@@ -74,7 +76,7 @@ def finish_metadata(gm: fx.GraphModule) -> None:
                 found = made.get((id(val), device))
                 if found is None:
                     converted = _on_device(val, device)
-                    found = made[(id(val), device)] = (val, converted, _tensor_meta(converted))
+                    found = made[(id(val), device)] = (val, converted, _tensor_meta(converted, sizes))
                 node.meta["val"] = found[1]
                 if found[2] is not None:
                     node.meta["tensor_meta"] = found[2]
@@ -89,16 +91,21 @@ def _device_of_inputs(node: fx.Node, devices: dict[fx.Node, torch.device]) -> to
 
 def _on_device(val: Any, device: torch.device) -> Any:
     # a RuntimeValue is finished already (on the meta device too): finishing is idempotent
+    if type(val) is torch.Tensor:   # most values: one tensor, not a structure to map over
+        return RuntimeValue(val, device) if val.is_meta else val
     return map_args(lambda v: RuntimeValue(v, device) if isinstance(v, torch.Tensor) and v.is_meta
                     and not isinstance(v, RuntimeValue) else v, val)
 
 
-def _tensor_meta(val: Any) -> Any:
+def _tensor_meta(val: Any, sizes: dict[tuple[int, ...], torch.Size]) -> Any:
     if isinstance(val, torch.Tensor):
-        return TensorMetadata(val.shape, val.dtype, val.requires_grad, val.stride(), _memory_format(val),
+        shape = val.shape
+        if all(type(s) is int for s in shape):   # a symbolic size is neither hashable nor shared
+            shape = sizes.setdefault(tuple(shape), shape)
+        return TensorMetadata(shape, val.dtype, val.requires_grad, val.stride(), _memory_format(val),
                               False, {})
     if isinstance(val, (list, tuple)) and any(isinstance(v, torch.Tensor) for v in val):
-        return type(val)(_tensor_meta(v) for v in val)
+        return type(val)(_tensor_meta(v, sizes) for v in val)
     return None
 
 

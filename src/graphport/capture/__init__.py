@@ -105,7 +105,7 @@ def capture(fn: Callable, args: tuple, kwargs: dict, root: torch.nn.Module | Non
         # still inside the environment: size arithmetic needs torch's Python meta kernels
         signature, out_spec = finish_graph(rec, out, inputs, state, _definition_site(fn))
     attach_subgraphs(rec.graph, rec.root.modules)
-    return Captured(
+    captured = Captured(
         graph=rec.graph,
         signature=signature,
         state_dict=state.state_dict() if state is not None else {},
@@ -120,6 +120,8 @@ def capture(fn: Callable, args: tuple, kwargs: dict, root: torch.nn.Module | Non
         boundaries=calls.boundaries if calls is not None else {},
         shape_env=rec.sizes.env if rec.sizes is not None else None,
     )
+    rec.release()
+    return captured
 
 
 def _definition_site(fn: Callable) -> tuple[SourceLocation, ...]:

@@ -31,6 +31,18 @@ from .sizes import SizeValues, as_sym, emit_recipe, is_sym, recomputed_inside
 from .tracer import TracerTensor, meta_like
 
 
+def call_node(graph: fx.Graph, target, args: tuple, kwargs: dict, name: str) -> fx.Node:
+    """`graph.create_node("call_function", ...)`, without fx's walk of the arguments with the
+    general pytree looking for raw symbolic sizes to warn about (a tenth of recording a node):
+    the node is made without its arguments, then given them (`graph_arg` has made every
+    symbolic size a graph value already). Where the graph's module has node-creation hooks,
+    which would see the node before its arguments, fx's own path is taken."""
+    if graph.owning_module is None and type(args) is tuple:
+        node = graph.create_node("call_function", target, (), kwargs, name=name)
+        node.args = args
+        return node
+    return graph.create_node("call_function", target, args, kwargs, name=name)
+
 
 class Recorder:
     def __init__(self, entry_frame=None, locations: bool = True):
@@ -40,6 +52,8 @@ class Recorder:
         self.locations = locations   # False: nodes get no source location or module stack (a proof re-trace)
         self.module_stack: list[tuple[str, str, str]] = []  # (call key, fqn, qualified type) of active calls
         self.torch_fn: tuple | None = None                  # the torch function running (torch_fn.py)
+        # its `torch_fn` metadata and `source_fn_stack` entry, made once for all the nodes it records
+        self._torch_fn_meta: tuple[tuple, tuple] | None = None
         self.constants: dict[int, TracerTensor] = {}       # id(real tensor) -> its lifted tracer
         self.constant_values: dict[str, torch.Tensor] = {}  # target -> real tensor
         self.constant_names: dict[int, str] = {}           # id(attribute tensor) -> attribute fqn
@@ -66,6 +80,18 @@ class Recorder:
         # sizes, or dims the spec does not relate) -> that question (where it holds, eager's result
         # may be a view)
         self.unsettled_aliases: dict[int, Any] = {}
+
+    def release(self) -> None:
+        """Drop what the capture held once its graph is handed on, so that it is freed by
+        reference counting when capture returns rather than left in reference cycles for
+        Python's cyclic collector: capture's own frame (which holds this recorder), the
+        tracers bound in the root scope, and the real tensors kept for their ids."""
+        self.entry_frame = self.user_stack = None
+        self.state_reads = self.until_done = self.objects = None   # each holds this recorder
+        self.root._values.clear()
+        self._keepalive.clear()
+        self.constants.clear()
+        self.state_tracers = {}
 
     def defer_assumptions(self, deferred) -> None:
         self.deferred = self.meta_cache.deferred = deferred
@@ -276,21 +302,26 @@ class Recorder:
     def node(self, target, args, kwargs, val) -> fx.Node:
         name = target.overloadpacket.__name__ if isinstance(target, _torch.OpOverload) else target.__name__
         scope = self.scope
-        node = scope.graph.create_node("call_function", target, args, kwargs, name=name)
+        node = call_node(scope.graph, target, args, kwargs, name)
         node.meta["val"] = val
         self.grad.note(node)
         if scope.recording and self.locations:
             node.meta["gp_stack"] = self.user_stack() or self.fallback_stack
             node.meta["nn_module_stack"] = {f"L__self__{key}": (fqn, typ) for key, fqn, typ in self.module_stack}
-            if self.torch_fn is not None:
-                label, qualified, func = self.torch_fn
-                node.meta["torch_fn"] = (label, qualified)
-                node.meta["source_fn_stack"] = [(label, func)]
+            if self._torch_fn_meta is not None:
+                torch_fn, source_fn = self._torch_fn_meta
+                node.meta["torch_fn"] = torch_fn
+                node.meta["source_fn_stack"] = [source_fn]
         return node
 
     def enter_torch_fn(self, torch_fn: tuple | None) -> None:
         """(label, qualified name, function) of the torch function now running, or None."""
         self.torch_fn = torch_fn
+        if torch_fn is None:
+            self._torch_fn_meta = None
+        else:
+            label, qualified, func = torch_fn
+            self._torch_fn_meta = ((label, qualified), (label, func))
 
     def wrap(self, val: Any, node: fx.Node, device: torch.device, view_of: TracerTensor | None = None,
              step: tuple | None = None) -> Any:

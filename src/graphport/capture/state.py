@@ -116,7 +116,7 @@ def _keep_python_attributes(real: torch.Tensor, tracer: TracerTensor) -> None:
     """The Python attributes set on a parameter or buffer (`self.w.scale = 2.0`), on the tracer
     that stands for it: forward reads them through the tracer, and must read the original's."""
     for attr, value in vars(real).items():
-        if attr in vars(tracer):
+        if attr in TracerTensor.__slots__ or attr in vars(tracer):
             raise UnsupportedFeatureError(
                 f"a parameter or buffer has a Python attribute named {attr!r}, a name graphport's capture uses "
                 "for its own tensors", fix=f"rename the attribute {attr!r}")

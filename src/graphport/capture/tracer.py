@@ -26,6 +26,9 @@ class TracerTensor(torch.Tensor):
     gp_version: int                         # for a base: how many writes it has had
     gp_written: bool                        # for a view: a write went through it
     gp_label: str                           # a name for messages
+    # slots, not an attribute dict: one tracked object less per value the capture makes
+    # (the cyclic collector's work grows with the tracked objects alive during an export)
+    __slots__ = ("gp_meta", "gp_base", "gp_chain", "gp_version", "gp_written", "gp_label")
 
     __torch_function__ = _torch.disabled_torch_function_impl
 

@@ -216,10 +216,12 @@ def _check_nodes(module: fx.GraphModule, where: str, dialect: str) -> None:
     nodes = list(module.graph.nodes)
     members = set(nodes)
     defined: set[fx.Node] = set()
+    checked_targets: set[int] = set()   # id() of targets whose rules were checked (the nodes keep them alive)
     if not nodes or nodes[-1].op != "output" or sum(n.op == "output" for n in nodes) != 1:
         _fail(None, f"{where} must end with exactly one output node")
     for node in nodes:
-        later = [arg for arg in node.all_input_nodes if arg in members and arg not in defined]
+        inputs = node.all_input_nodes
+        later = [arg for arg in inputs if arg in members and arg not in defined]
         if later:
             _fail(node, f"its argument {later[0].name} is computed after it: nodes must come in the order "
                         "they are computed")
@@ -237,22 +239,29 @@ def _check_nodes(module: fx.GraphModule, where: str, dialect: str) -> None:
             _fail(node, "every placeholder needs meta['val']")
         if node.op != "call_function":
             continue
-        if not _is_allowed_target(node.target):
-            _fail(node, "call targets must be ATen/custom operator overloads, getitem, symbolic-size ops or "
-                        "graphport higher-order ops")
-        if isinstance(node.target, _torch.OpOverload) and (writes_arguments(node.target)
-                                                           or node.target._schema.is_mutable):
-            _fail(node, "the graph must be functional: no in-place, out= or mutating operators")
-        if dialect == "core_aten" and not _in_core_aten(node.target):
-            _fail(node, "the Core ATen dialect allows only operators tagged core (torch.Tag.core), custom "
-                        "operators, control-flow operators, getitem, size operators and assertions")
-        for arg in node.all_input_nodes:
+        if id(node.target) not in checked_targets:
+            _check_target(node, dialect)
+            checked_targets.add(id(node.target))
+        for arg in inputs:
             if arg not in members:
                 _fail(node, f"its argument {arg.name} is not in the graph")
         for key in ("val", "stack_trace", "nn_module_stack"):
             if key not in node.meta:
                 _fail(node, f"every call needs meta['{key}']")
     check_data_dependent_bindings(nodes, _fail)
+
+
+def _check_target(node: fx.Node, dialect: str) -> None:
+    """The rules on what a call may call (they depend on its target alone)."""
+    if not _is_allowed_target(node.target):
+        _fail(node, "call targets must be ATen/custom operator overloads, getitem, symbolic-size ops or "
+                    "graphport higher-order ops")
+    if isinstance(node.target, _torch.OpOverload) and (writes_arguments(node.target)
+                                                       or node.target._schema.is_mutable):
+        _fail(node, "the graph must be functional: no in-place, out= or mutating operators")
+    if dialect == "core_aten" and not _in_core_aten(node.target):
+        _fail(node, "the Core ATen dialect allows only operators tagged core (torch.Tag.core), custom "
+                    "operators, control-flow operators, getitem, size operators and assertions")
 
 
 def _check_subgraph(module: fx.GraphModule, node: fx.Node, where: str, dialect: str) -> None:
