@@ -20,6 +20,7 @@ from ..shapes.node import SymNode
 from ..shapes.spec import InputShapes
 from .environment import capture_environment
 from .inputs import laid_out
+from .meta_cache import MetaCache
 from ..errors import OperatorError
 from .local_proofs import DeferredAssumptions, LocalVerdicts, MetadataCall, TensorLayout, at_pins
 from .mode import CaptureMode
@@ -121,7 +122,8 @@ class PinnedSessions(contextlib.ExitStack):
     def __init__(self, shapes: InputShapes):
         super().__init__()
         self.shapes = shapes
-        self.sessions: dict = {}
+        self.sessions: dict = {}   # pins -> _Session
+        self.outcomes: dict = {}   # (pins, id(call), symbols left open) -> Outcome
 
     def same_metadata(self, call: MetadataCall, pins: dict, allowed: set) -> bool:
         """Whether `call` gives its recorded metadata at `pins`, asking no new question of the
@@ -131,14 +133,19 @@ class PinnedSessions(contextlib.ExitStack):
 
     def outcome(self, call: MetadataCall, pins: dict, allowed: set) -> "Outcome":
         key = frozenset(pins.items())
+        found = self.outcomes.get((key, id(call), frozenset(allowed)))
+        if found is not None:
+            return found
         session = self.sessions.get(key)
         if session is None:
-            if not self.sessions:
+            if not self.sessions and not self.outcomes:
                 self.enter_context(capture_environment(None, symbolic=True))
             session = self.sessions[key] = _Session(self.shapes, pins)
-        found = session.outcomes.get((id(call), frozenset(allowed)))
-        if found is None:
-            found = session.outcomes[(id(call), frozenset(allowed))] = session.same(call, allowed)
+        found = self.outcomes[(key, id(call), frozenset(allowed))] = session.same(call, allowed)
+        if session.spoiled:
+            # a guard the program does not state was recorded there (and may have made the env
+            # replace one size by another): the next outcome at these pins starts afresh
+            del self.sessions[key]
         return found
 
 
@@ -157,7 +164,10 @@ class _Session:
         pinned = shapes.pinned(pins)
         self.env: ShapeEnv = pinned.env
         self.original_guards = {g.rel.xreplace(pins) for g in shapes.env.guards}
+        self.spoiled = False      # an outcome recorded a guard the program does not state
+        self._at_pins: dict = {}   # recorded size expression -> its value at the pins, in this env
         self.rec = Recorder(locations=False)
+        self.rec.meta_cache = _SessionCache(self.env)
         inputs = {}
         for i, dims in pinned.sizes.items():
             meta = laid_out(dims, list(range(len(dims) - 1, -1, -1)), torch.float32, self.env)
@@ -166,11 +176,9 @@ class _Session:
             inputs[i] = self.rec.placeholder(f"input_{i}", self._value(("S", torch.SymInt, size)))
         self.rec.sizes = SizeValues(self.env, inputs)
         self.mode = CaptureMode(self.rec)
-        self.outcomes: dict = {}
 
     def same(self, call: MetadataCall, allowed: set) -> Outcome:
-        self.env.assumed_min.clear()
-        self.rec.meta_cache.entries.clear()   # every question asked afresh, its assumption seen
+        self.env.assumed_min.clear()   # what this computation assumes, cached answers' included
         guards = len(self.env.guards)
         try:
             args, kwargs = self._rebuild(call.args), self._rebuild(call.kwargs)
@@ -183,8 +191,9 @@ class _Session:
                 out = self.mode.run_meta(call.func, args, kwargs, cache=call.kind == "meta")
         except Exception as e:   # the operator fails there, or cannot be repeated: the re-trace decides
             return Outcome(False, e)
-        return Outcome(self._same(call.out, out)
-                       and all(g.rel in self.original_guards for g in self.env.guards[guards:])
+        finally:
+            self.spoiled = any(g.rel not in self.original_guards for g in self.env.guards[guards:])
+        return Outcome(self._same(call.out, out) and not self.spoiled
                        and all(sym in allowed for sym in self.env.assumed_min), None, dict(self.env.assumed_min))
 
     # -- arguments --------------------------------------------------------------------------
@@ -193,7 +202,7 @@ class _Session:
         if not (isinstance(described, tuple) and len(described) == 3 and described[0] == "S"):
             return described
         _, kind, expr = described
-        expr = self.env.simplify(at_pins(expr, self.pins))
+        expr = self._at(expr)
         pytype = {torch.SymInt: int, torch.SymFloat: float, torch.SymBool: bool}[kind]
         if not expr.free_symbols:
             return pytype(expr) if pytype is not bool else bool(expr)
@@ -255,11 +264,63 @@ class _Session:
 
     def _pinned(self, described) -> sympy.Basic:
         if isinstance(described, tuple) and len(described) == 3 and described[0] == "S":
-            return sympy.expand(self.env.simplify(at_pins(described[2], self.pins)))
+            return sympy.expand(self._at(described[2]))
         return sympy.sympify(described)
+
+    def _at(self, expr) -> sympy.Basic:
+        """A recorded size expression at the pins, simplified by this env: memoized, the same
+        expressions come back call after call (keyed by the env's replacements too)."""
+        key = (expr, len(self.env.replacements))
+        found = self._at_pins.get(key)
+        if found is None:
+            found = self._at_pins[key] = self.env.simplify(at_pins(expr, self.pins))
+        return found
+
+
+class _SessionCache(MetaCache):
+    """A session's meta cache, kept from one outcome to the next: an answer carries what its
+    computation assumed of the sizes and the guards it recorded, and a cached answer brings
+    them into the outcome that uses it, as if it had been worked out again there (the capture's
+    own cache does the same with its assumptions, local_proofs.py). The assumptions are those
+    of that computation alone: the env's are set aside while it runs."""
+
+    def __init__(self, env: ShapeEnv):
+        super().__init__()
+        self.env = env
+        self.deferred = self   # MetaCache asks current() of each answer it keeps, replay() on a hit
+        self._made: tuple = ({}, ())
+
+    def run(self, func, args: tuple, kwargs: dict, compute):
+        env = self.env
+
+        def tracked():
+            outer, env.assumed_min = env.assumed_min, {}
+            guards = len(env.guards)
+            try:
+                return compute()
+            finally:
+                made = env.assumed_min
+                env.assumed_min = outer
+                self._made = (dict(made), tuple(env.guards[guards:]))
+                self.replay(self._made, guards=False)
+        return super().run(func, args, kwargs, tracked)
+
+    def current(self) -> tuple:
+        return self._made
+
+    def replay(self, made: tuple, guards: bool = True) -> None:
+        assumed, recorded = made
+        for sym, least in assumed.items():
+            self.env.assumed_min[sym] = max(self.env.assumed_min.get(sym, 0), least)
+        if guards:
+            self.env.guards.extend(recorded)
 
 
 def _equal(a: sympy.Basic, b: sympy.Basic) -> bool:
     if isinstance(a, sympy.logic.boolalg.Boolean) or isinstance(b, sympy.logic.boolalg.Boolean):
         return a == b
-    return a == b or sympy.expand(a - b) == 0
+    if a == b:
+        return True
+    if a.is_Number and b.is_Number:   # numbers: nothing to expand
+        return a - b == 0
+    return sympy.expand(a - b) == 0
