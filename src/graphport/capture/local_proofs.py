@@ -311,10 +311,22 @@ def _describe(value, env: ShapeEnv, sizes: dict | None = None):
 
 
 def _hashable(value):
+    """A description as a dict key that tells apart what the computation tells apart:
+    containers tagged with their type, Python numbers with theirs (as keys True, 1 and 1.0
+    are one, as arguments they are not: `x + True` and `x + 1` on a bool tensor give other
+    dtypes; a float by its repr, so that -0.0 is not 0.0)."""
     if isinstance(value, (list, tuple)):
-        return tuple(_hashable(v) for v in value)
+        return (type(value).__name__, tuple(_hashable(v) for v in value))
     if isinstance(value, dict):
-        return tuple(sorted((k, _hashable(v)) for k, v in value.items()))
+        return ("dict", tuple(sorted((k, _hashable(v)) for k, v in value.items())))
+    return _scalar_key(value)
+
+
+def _scalar_key(value):
+    if type(value) in (bool, int):
+        return (type(value).__name__, value)
+    if type(value) is float:
+        return ("float", repr(value))
     return value
 
 

@@ -22,7 +22,7 @@ from .environment import capture_environment
 from .inputs import laid_out
 from .meta_cache import MetaCache
 from ..errors import OperatorError
-from .local_proofs import DeferredAssumptions, LocalVerdicts, MetadataCall, TensorLayout, at_pins
+from .local_proofs import DeferredAssumptions, LocalVerdicts, MetadataCall, TensorLayout, _scalar_key, at_pins
 from .mode import CaptureMode
 from .recorder import Recorder
 from .sizes import SizeValues
@@ -117,13 +117,18 @@ def _same_at(sessions: "PinnedSessions", call: MetadataCall, pins: dict, levels:
 class PinnedSessions(contextlib.ExitStack):
     """The sessions of one program's proofs, by pins, with the outcomes they worked out (the
     proof of all sizes and the size-by-size one share them). The capture environment is
-    entered when the first session is made."""
+    entered when the first session is made. `inherited`: outcomes of the capture this program
+    is a re-trace of, at these pinned sizes, that it may take over (TakenOver)."""
 
-    def __init__(self, shapes: InputShapes):
+    def __init__(self, shapes: InputShapes, inherited: "TakenOver | None" = None):
         super().__init__()
         self.shapes = shapes
+        self.inherited = inherited
         self.sessions: dict = {}   # pins -> _Session
         self.outcomes: dict = {}   # (pins, id(call), symbols left open) -> Outcome
+        self.session_pins: dict = {}   # pins -> the pins its session used (tied sizes pinned too)
+        self._entered = False
+        self._untied_pins: dict = {}
 
     def same_metadata(self, call: MetadataCall, pins: dict, allowed: set) -> bool:
         """Whether `call` gives its recorded metadata at `pins`, asking no new question of the
@@ -136,17 +141,144 @@ class PinnedSessions(contextlib.ExitStack):
         found = self.outcomes.get((key, id(call), frozenset(allowed)))
         if found is not None:
             return found
+        if self.inherited is not None and self._untied(key, pins):
+            found = self.inherited.outcome(call, pins, allowed)
+            if found is not None:
+                self.outcomes[(key, id(call), frozenset(allowed))] = found
+                return found
         session = self.sessions.get(key)
         if session is None:
-            if not self.sessions and not self.outcomes:
+            if not self._entered:
                 self.enter_context(capture_environment(None, symbolic=True))
+                self._entered = True
             session = self.sessions[key] = _Session(self.shapes, pins)
+            self.session_pins[key] = session.pins
         found = self.outcomes[(key, id(call), frozenset(allowed))] = session.same(call, allowed)
         if session.spoiled:
             # a guard the program does not state was recorded there (and may have made the env
             # replace one size by another): the next outcome at these pins starts afresh
             del self.sessions[key]
         return found
+
+
+    def _untied(self, key: frozenset, pins: dict) -> bool:
+        """Whether a session at `pins` would pin them alone (no size tied to them)."""
+        found = self._untied_pins.get(key)
+        if found is None:
+            found = self._untied_pins[key] = self.shapes.env.with_tied_sizes(pins) == pins
+        return found
+
+
+class ProvenOutcomes:
+    """What one capture's proof established for every size of the symbols an outcome leaves
+    open: its calls' outcomes that gave the recorded metadata, worked out from the declared
+    ranges and the outcome's own assumptions alone (no guard in the session's env, so no fact
+    that holds only where this capture's program does). Such an outcome holds at any size of
+    a symbol it assumed nothing about, so a re-trace of the program with that symbol pinned
+    (passes/small_sizes.py) may take it over for a call of its own that is the same call at
+    those sizes (TakenOver)."""
+
+    def __init__(self, deferred: DeferredAssumptions, sessions: PinnedSessions):
+        by_id = {id(c): c for c in deferred.calls.values()}
+        self.held = [(by_id[call_id], key, outcome) for (key, call_id, _), outcome in sessions.outcomes.items()
+                     if outcome.same and not outcome.facts and call_id in by_id
+                     and sessions.session_pins.get(key) == dict(key)]
+
+    def pinned(self, pins: dict) -> "TakenOver | None":
+        """The outcomes a re-trace with `pins` (symbol -> size, the tied ones included) may take over."""
+        held = [(c, key, o) for c, key, o in self.held if pins.keys().isdisjoint(o.assumed)
+                and pins.keys().isdisjoint(dict(key))]
+        return TakenOver(held, pins) if held else None
+
+
+class TakenOver:
+    """The outcomes of a capture a re-trace at `pins` takes over. A call of the re-trace is
+    the capture's call at those sizes when its description (operator, kind, argument layouts
+    as size expressions, dtypes, devices, requires_grad, every other argument) is the
+    capture's with the pins substituted, expression for expression. Its metadata at the
+    re-trace's own pins is then the capture's there, which the capture's outcome showed equal
+    to what the capture recorded; the outcome is taken over where the re-trace recorded the
+    same metadata (compared as the sessions compare: strides of dimensions of size 1 aside),
+    at pins its own session would not extend with tied sizes, with no assumption about a
+    symbol the re-trace does not leave open."""
+
+    def __init__(self, held: list, pins: dict):
+        self.pins = pins
+        self._held = held
+        self._index: dict | None = None
+        self._at: dict = {}   # (expression, pins) -> expanded value there
+
+    def outcome(self, call: MetadataCall, pins: dict, allowed: set) -> "Outcome | None":
+        if self._index is None:
+            self._index = {}
+            for held_call, key, outcome in self._held:
+                described = self._described((held_call.args, held_call.kwargs), self.pins)
+                self._index.setdefault((held_call.kind, held_call.func, described), []).append(
+                    (held_call, key, outcome))
+        found = self._index.get((call.kind, call.func, self._described((call.args, call.kwargs), {})))
+        key = frozenset(pins.items())
+        for held_call, held_key, outcome in found or ():
+            if held_key == key and set(outcome.assumed) <= allowed \
+                    and self._same_recorded(call.out, held_call.out, pins):
+                return Outcome(True, None, dict(outcome.assumed))
+        return None
+
+    def _expr(self, expr, pins: dict) -> sympy.Basic:
+        key = (expr, frozenset(pins.items()))
+        found = self._at.get(key)
+        if found is None:
+            found = self._at[key] = at_pins(expr, pins)
+        return found
+
+    def _described(self, described, pins: dict):
+        """A description with `pins` substituted, every size expanded (one normal form), and
+        a size that is a number there as the session rebuilds it (a Python number), with the
+        scalars told apart as the calls' own key does (local_proofs._hashable)."""
+        if isinstance(described, TensorLayout):
+            return ("T", self._described(described.shape, pins), self._described(described.stride, pins),
+                    self._described(described.offset, pins), self._described(described.storage_elements, pins),
+                    described.dtype, described.device, described.requires_grad)
+        if isinstance(described, tuple) and len(described) == 3 and described[0] == "S":
+            expr = self._expr(described[2], pins)
+            if expr.free_symbols:
+                return ("S", described[1], expr)
+            pytype = {torch.SymInt: int, torch.SymFloat: float, torch.SymBool: bool}[described[1]]
+            return _scalar_key(pytype(expr) if pytype is not bool else bool(expr))
+        if isinstance(described, (list, tuple)):
+            return (type(described).__name__, tuple(self._described(v, pins) for v in described))
+        if isinstance(described, dict):
+            return ("dict", tuple(sorted((k, self._described(v, pins)) for k, v in described.items())))
+        return _scalar_key(described)
+
+    def _same_recorded(self, ours, theirs, pins: dict) -> bool:
+        """Whether the re-trace's recorded metadata `ours` at `pins` is the capture's `theirs`
+        at the re-trace's pins and `pins`, as a session compares a result with what was recorded."""
+        both = {**self.pins, **pins}
+        if isinstance(ours, TensorLayout) or isinstance(theirs, TensorLayout):
+            if not (isinstance(ours, TensorLayout) and isinstance(theirs, TensorLayout)) \
+                    or ours.dtype != theirs.dtype or len(ours.shape) != len(theirs.shape):
+                return False
+            shape = [self._expr(_size(a), pins) for a in ours.shape]
+            if any(a != self._expr(_size(b), both) for a, b in zip(shape, theirs.shape)):
+                return False
+            if any(a == 0 for a in shape):
+                return True   # no elements: the layout addresses nothing
+            return (all(self._expr(_size(a), pins) == self._expr(_size(b), both)
+                        for a, b, n in zip(ours.stride, theirs.stride, shape) if n != 1)
+                    and self._expr(_size(ours.offset), pins) == self._expr(_size(theirs.offset), both))
+        if isinstance(ours, tuple) and len(ours) == 3 and ours[0] == "S":
+            return isinstance(theirs, tuple) and len(theirs) == 3 and theirs[0] == "S" and ours[1] is theirs[1] \
+                and self._expr(ours[2], pins) == self._expr(theirs[2], both)
+        if isinstance(ours, (list, tuple)):
+            return isinstance(theirs, (list, tuple)) and type(ours) is type(theirs) and len(ours) == len(theirs) \
+                and all(self._same_recorded(a, b, pins) for a, b in zip(ours, theirs))
+        return type(ours) is type(theirs) and ours == theirs
+
+
+def _size(described):
+    """The expression of a described size (a plain number as it is)."""
+    return described[2] if isinstance(described, tuple) and len(described) == 3 and described[0] == "S" \
+        else sympy.sympify(described)
 
 
 @dataclass(frozen=True)
@@ -156,6 +288,7 @@ class Outcome:
     same: bool
     error: BaseException | None = None
     assumed: dict = field(default_factory=dict)   # what it assumed of the symbols left open
+    facts: bool = False   # the session's env held guards then: it may have reasoned from them
 
 
 class _Session:
@@ -194,7 +327,8 @@ class _Session:
         finally:
             self.spoiled = any(g.rel not in self.original_guards for g in self.env.guards[guards:])
         return Outcome(self._same(call.out, out) and not self.spoiled
-                       and all(sym in allowed for sym in self.env.assumed_min), None, dict(self.env.assumed_min))
+                       and all(sym in allowed for sym in self.env.assumed_min), None, dict(self.env.assumed_min),
+                       bool(self.env.guards))
 
     # -- arguments --------------------------------------------------------------------------
 
