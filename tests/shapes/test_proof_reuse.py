@@ -11,7 +11,6 @@ capture/local_proofs.py) gives what working it out afresh gives:
 Each program is also checked against eager at sizes 0, 1 and above."""
 from __future__ import annotations
 
-import importlib
 import itertools
 import sys
 from pathlib import Path
@@ -30,7 +29,6 @@ from graphport.shapes.node import SymNode
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # bench/ lives at the repo root
 
-export_module = importlib.import_module("graphport.export")
 pytestmark = pytest.mark.filterwarnings("ignore:graphport:UserWarning")   # notes on refused small sizes
 
 
@@ -266,6 +264,29 @@ def test_a_zoo_decoder_reuses_work_and_keeps_its_contract(monkeypatch, style):
     assert taken
     assert reused.shape_contract == plain.shape_contract
     assert all(worked_out[key][0] == same for key, (same, _) in outcomes.items())
+
+
+def test_calls_differing_only_in_a_python_scalars_type_are_proven_each(monkeypatch):
+    """True, 1 and 1.0 are one dict key; added to a bool tensor they give three dtypes."""
+    settled = []
+    original = local_proofs.DeferredAssumptions.settle
+
+    def settle(self, *args, **kwargs):
+        settled.append(self)
+        return original(self, *args, **kwargs)
+    monkeypatch.setattr(local_proofs.DeferredAssumptions, "settle", settle)
+
+    def f(x):
+        y = x.t()   # a layout whose sizes of 1 the pointwise metadata asks about
+        return y + True, y + 1, y + 1.0
+    ep = gp.export(f, (torch.zeros(3, 4, dtype=torch.bool),), dynamic_shapes=({0: gp.Dim("n", max=8)},))
+    adds = [(type(c.args[1]), c.out.dtype) for c in settled[0].calls.values() if c.func == torch.ops.aten.add.Tensor]
+    assert adds == [(bool, torch.bool), (int, torch.int64), (float, torch.float32)]
+    for n in (0, 1, 2, 5):
+        x = torch.rand(n, 4) > 0.5
+        for got, expected in zip(ep.module()(x), f(x)):
+            assert got.dtype == expected.dtype
+            torch.testing.assert_close(got, expected)
 
 
 # -- the size descriptions' memo ---------------------------------------------------------------
