@@ -5,6 +5,12 @@ pinned numbers and the others keep their declared ranges, and a capture mode who
 recording is thrown away. An operator's arguments are rebuilt there from the size
 expressions capture recorded, its metadata computed by the same code path capture took
 (capture/mode.py), and the result compared with what capture recorded, pins applied.
+
+Work is shared where it is the same work: a session's meta cache is kept from one outcome to
+the next, each cached answer bringing the assumptions and guards of its own computation
+(_SessionCache); and a re-trace at a pinned size (passes/small_sizes.py) takes over the
+capture's outcomes that hold at every size of the pinned symbol, for its calls that are the
+capture's at that size (ProvenOutcomes, TakenOver).
 """
 from __future__ import annotations
 
