@@ -166,7 +166,6 @@ class PinnedSessions(contextlib.ExitStack):
             del self.sessions[key]
         return found
 
-
     def _untied(self, key: frozenset, pins: dict) -> bool:
         """Whether a session at `pins` would pin them alone (no size tied to them)."""
         found = self._untied_pins.get(key)
