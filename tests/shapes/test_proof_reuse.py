@@ -124,13 +124,13 @@ def _call(args, kwargs=None, out=None, func=torch.ops.aten.sum.dim_IntList, kind
 
 
 def test_a_retrace_takes_over_an_outcome_only_for_the_same_call_at_its_pins():
-    env, (b, s) = _env_with("b", "s")
+    env, (b, s, c) = _env_with("b", "s", "c")
     one = sympy.Integer(1)
     x = _layout((b, s, 8), (8 * s, 8, 1))
     out = _layout((b, s), (s, 1))
     held = _call((x, [-1]), out=out)
     proven = Outcome(True, None, {})
-    taken = TakenOver([(held, frozenset({b: one}.items()), proven)], {s: one})   # the re-trace pins s = 1
+    taken = TakenOver([(held, {b: one}, proven)], {s: one})   # the re-trace pins s = 1
 
     at_s1 = _layout((b, 1, 8), (8, 8, 1))
     same = _call((at_s1, [-1]), out=_layout((b, 1), (1, 1)))
@@ -157,9 +157,16 @@ def test_a_retrace_takes_over_an_outcome_only_for_the_same_call_at_its_pins():
     assert taken.outcome(_call((at_s1, [-1]), out=_layout((b, 1), (1, 1), torch.float64)), {b: one}, set()) is None
     # other pins, or an assumption about a symbol this outcome may not assume anything about
     assert taken.outcome(same, {b: sympy.Integer(0)}, set()) is None
-    assumed = TakenOver([(held, frozenset({b: one}.items()), Outcome(True, None, {b: 2}))], {s: one})
+    assumed = TakenOver([(held, {b: one}, Outcome(True, None, {c: 2}))], {s: one})
     assert assumed.outcome(same, {b: one}, set()) is None
-    assert assumed.outcome(same, {b: one}, {b}) is not None
+    assert assumed.outcome(same, {b: one}, {c}) is not None
+    # an outcome that assumed something of a symbol the re-trace's session pins does not hold there
+    assert assumed.outcome(same, {b: one, c: one}, {c}) is None
+    # an outcome worked out with a tied size pinned too covers only sessions that pin it alike
+    tied = TakenOver([(held, {b: one, c: one}, proven)], {s: one})
+    assert tied.outcome(same, {b: one, c: one}, set()) == proven
+    assert tied.outcome(same, {b: one}, set()) is None
+    assert tied.outcome(same, {b: one, c: sympy.Integer(2)}, set()) is None
 
 
 class Attention(torch.nn.Module):

@@ -134,7 +134,7 @@ class PinnedSessions(contextlib.ExitStack):
         self.outcomes: dict = {}   # (pins, id(call), symbols left open) -> Outcome
         self.session_pins: dict = {}   # pins -> the pins its session used (tied sizes pinned too)
         self._entered = False
-        self._untied_pins: dict = {}
+        self._tied_pins: dict = {}
 
     def same_metadata(self, call: MetadataCall, pins: dict, allowed: set) -> bool:
         """Whether `call` gives its recorded metadata at `pins`, asking no new question of the
@@ -147,8 +147,8 @@ class PinnedSessions(contextlib.ExitStack):
         found = self.outcomes.get((key, id(call), frozenset(allowed)))
         if found is not None:
             return found
-        if self.inherited is not None and self._untied(key, pins):
-            found = self.inherited.outcome(call, pins, allowed)
+        if self.inherited is not None:
+            found = self.inherited.outcome(call, self._tied(key, pins), allowed)
             if found is not None:
                 self.outcomes[(key, id(call), frozenset(allowed))] = found
                 return found
@@ -166,11 +166,11 @@ class PinnedSessions(contextlib.ExitStack):
             del self.sessions[key]
         return found
 
-    def _untied(self, key: frozenset, pins: dict) -> bool:
-        """Whether a session at `pins` would pin them alone (no size tied to them)."""
-        found = self._untied_pins.get(key)
+    def _tied(self, key: frozenset, pins: dict) -> dict:
+        """The pins a session at `pins` uses: the sizes tied to them pinned too."""
+        found = self._tied_pins.get(key)
         if found is None:
-            found = self._untied_pins[key] = self.shapes.env.with_tied_sizes(pins) == pins
+            found = self._tied_pins[key] = self.shapes.env.with_tied_sizes(pins)
         return found
 
 
@@ -185,14 +185,13 @@ class ProvenOutcomes:
 
     def __init__(self, deferred: DeferredAssumptions, sessions: PinnedSessions):
         by_id = {id(c): c for c in deferred.calls.values()}
-        self.held = [(by_id[call_id], key, outcome) for (key, call_id, _), outcome in sessions.outcomes.items()
-                     if outcome.same and not outcome.facts and call_id in by_id
-                     and sessions.session_pins.get(key) == dict(key)]
+        self.held = [(by_id[call_id], sessions.session_pins[key], outcome)
+                     for (key, call_id, _), outcome in sessions.outcomes.items()
+                     if outcome.same and not outcome.facts and call_id in by_id and key in sessions.session_pins]
 
     def pinned(self, pins: dict) -> "TakenOver | None":
         """The outcomes a re-trace with `pins` (symbol -> size, the tied ones included) may take over."""
-        held = [(c, key, o) for c, key, o in self.held if pins.keys().isdisjoint(o.assumed)
-                and pins.keys().isdisjoint(dict(key))]
+        held = [(c, session_pins, o) for c, session_pins, o in self.held if pins.keys().isdisjoint(o.assumed)]
         return TakenOver(held, pins) if held else None
 
 
@@ -200,12 +199,14 @@ class TakenOver:
     """The outcomes of a capture a re-trace at `pins` takes over. A call of the re-trace is
     the capture's call at those sizes when its description (operator, kind, argument layouts
     as size expressions, dtypes, devices, requires_grad, every other argument) is the
-    capture's with the pins substituted, expression for expression. Its metadata at the
-    re-trace's own pins is then the capture's there, which the capture's outcome showed equal
-    to what the capture recorded; the outcome is taken over where the re-trace recorded the
-    same metadata (compared as the sessions compare: strides of dimensions of size 1 aside),
-    at pins its own session would not extend with tied sizes, with no assumption about a
-    symbol the re-trace does not leave open."""
+    capture's with the pins substituted, expression for expression. The capture's outcome,
+    worked out with some symbols pinned (its session's pins), holds at every size of the
+    symbols it left open and assumed nothing about; where the re-trace's session pins
+    (`session_pins`, tied sizes included) and the re-trace's own pins agree with the
+    outcome's pins and it assumed nothing about any of them, the re-trace's call is that
+    computation at sizes it covers. The outcome is taken over where the re-trace recorded the
+    capture's metadata there (compared as the sessions compare: strides of dimensions of size
+    1 aside), with no assumption about a symbol the re-trace's proof does not leave open."""
 
     def __init__(self, held: list, pins: dict):
         self.pins = pins
@@ -213,18 +214,18 @@ class TakenOver:
         self._index: dict | None = None
         self._at: dict = {}   # (expression, pins) -> expanded value there
 
-    def outcome(self, call: MetadataCall, pins: dict, allowed: set) -> "Outcome | None":
+    def outcome(self, call: MetadataCall, session_pins: dict, allowed: set) -> "Outcome | None":
         if self._index is None:
             self._index = {}
-            for held_call, key, outcome in self._held:
+            for held_call, held_pins, outcome in self._held:
                 described = self._described((held_call.args, held_call.kwargs), self.pins)
                 self._index.setdefault((held_call.kind, held_call.func, described), []).append(
-                    (held_call, key, outcome))
+                    (held_call, held_pins, outcome))
         found = self._index.get((call.kind, call.func, self._described((call.args, call.kwargs), {})))
-        key = frozenset(pins.items())
-        for held_call, held_key, outcome in found or ():
-            if held_key == key and set(outcome.assumed) <= allowed \
-                    and self._same_recorded(call.out, held_call.out, pins):
+        every = {**self.pins, **session_pins}
+        for held_call, held_pins, outcome in found or ():
+            if all(every.get(s) == v for s, v in held_pins.items()) and every.keys().isdisjoint(outcome.assumed) \
+                    and set(outcome.assumed) <= allowed and self._same_recorded(call.out, held_call.out, session_pins):
                 return Outcome(True, None, dict(outcome.assumed))
         return None
 
