@@ -19,7 +19,8 @@ import torch
 
 from . import progress
 from .capture import Captured, argument_names, capture, input_paths, program_module
-from .capture.pinned_metadata import PinnedSessions, proven_by_metadata, proven_by_size
+from .capture.pinned_metadata import (PinnedSessions, ProvenOutcomes, TakenOver, proven_by_metadata,
+                                      proven_by_size)
 from .audit import PythonAudit, PythonEffect, PythonEffectWarning
 from .capture.dead_code import eliminate_dead_code
 from .capture.local_proofs import LocalVerdicts
@@ -135,8 +136,8 @@ def _finish(fn, root, args, kwargs, captured: Captured, shapes: InputShapes | No
     """Everything after the capture: the shape contract, the program, its verification."""
     repeated = [f for f in findings if f.refused_by_strict and not f.restored]
     with _stage("shape checks and small-size proofs", 3):
-        verdicts = _settle(shapes) if shapes is not None else None
-        contract = None if shapes is None else _shape_contract(shapes, captured, trace, repeated, verdicts)
+        verdicts, proven = _settle(shapes) if shapes is not None else (None, None)
+        contract = None if shapes is None else _shape_contract(shapes, captured, trace, repeated, verdicts, proven)
         contract = with_data_dependent(contract, captured.shape_env)
     for note in [] if shapes is None else shapes.specialized:
         shapes_log.info("specialized: %s", note)
@@ -156,16 +157,19 @@ def _finish(fn, root, args, kwargs, captured: Captured, shapes: InputShapes | No
             python_effects=findings)
 
 
-def _settle(shapes: InputShapes) -> LocalVerdicts | None:
+def _settle(shapes: InputShapes, inherited: TakenOver | None = None
+            ) -> tuple[LocalVerdicts | None, ProvenOutcomes | None]:
     """Prove the assumptions the capture left to the operator-by-operator proof: all of them
-    if it can, else what it settles size by size (capture/local_proofs.py)."""
+    if it can, else what it settles size by size (capture/local_proofs.py); and the outcomes
+    that hold at every size of the symbols they leave open, for a re-trace at pinned sizes to
+    take over (`inherited`: those of the capture this one re-traces)."""
     deferral = shapes.env.deferral
     if deferral is None:
-        return None
-    with PinnedSessions(shapes) as sessions:
+        return None, None
+    with PinnedSessions(shapes, inherited) as sessions:
         deferral.settle(lambda deferred: proven_by_metadata(deferred, sessions),
                         lambda deferred, local: proven_by_size(deferred, sessions, local))
-    return deferral.verdicts
+    return deferral.verdicts, ProvenOutcomes(deferral, sessions)
 
 
 @contextlib.contextmanager
@@ -214,17 +218,19 @@ def check_additional_inputs(ep: ExportedProgram, additional: AdditionalInputs) -
 
 
 def _shape_contract(shapes: InputShapes, captured: Captured, trace: Callable,
-                    effects: list[PythonEffect], verdicts: LocalVerdicts | None = None) -> ShapeContract:
+                    effects: list[PythonEffect], verdicts: LocalVerdicts | None = None,
+                    proven: ProvenOutcomes | None = None) -> ShapeContract:
     """Check the guards against the spec, prove the small sizes, and write the contract.
 
     Proving a small size traces the program again; a program whose Python has effects would
     make them again, so its small sizes below what the capture assumed are not proven but
     refused at call time, with that reason."""
-    def retrace(pinned: InputShapes, locations: bool = True):
+    def retrace(pinned: InputShapes, locations: bool = True, pins: dict | None = None):
         with warnings.catch_warnings():   # a size predicate is a Python bool there: torch.cond warns, for nothing
             warnings.filterwarnings("ignore", message="Pred is a Python constant")
             again = trace(pinned, locations, prove_locally=True)
-        return again.graph, again.constants, _settle(pinned)
+        inherited = proven.pinned(pins) if proven is not None and pins is not None else None
+        return again.graph, again.constants, _settle(pinned, inherited)[0]
     if effects:
         report = SmallSizeReport()
         unproven = (f"not proven: proving it traces the program again, which would repeat its Python effects "

@@ -97,6 +97,7 @@ class DeferredAssumptions:
     _frames: list = field(default_factory=list)        # assumptions of each metadata computation running
     _choices: list = field(default_factory=list)       # assumptions of each view-or-copy choice running
     _ambiguous: set = field(default_factory=set)       # id() of tensors that may alias at a small size
+    _sizes: dict = field(default_factory=dict)         # memo of _describe's size descriptions
 
     # -- receiving assumptions (ShapeEnv._decide) ---------------------------------------------
 
@@ -142,10 +143,11 @@ class DeferredAssumptions:
         if self.unprovable:
             return
         try:
-            described = _describe((args, kwargs), self.env)
+            described = _describe((args, kwargs), self.env, self._sizes)
             key = (kind, func, _hashable(described))
             if key not in self.calls:
-                self.calls[key] = MetadataCall(kind, func, described[0], described[1], _describe(out, self.env),
+                self.calls[key] = MetadataCall(kind, func, described[0], described[1],
+                                               _describe(out, self.env, self._sizes),
                                                frozenset(symbols_of(described)), innermost_user_location(),
                                                frozenset(frame))
             else:
@@ -259,16 +261,44 @@ def _expr(v, env: ShapeEnv):
     return v
 
 
-def _describe(value, env: ShapeEnv):
+def _describe(value, env: ShapeEnv, sizes: dict | None = None):
+    """`value` with its tensors as TensorLayouts and its sizes as ("S", type, expression).
+    `sizes` memoizes the description of each size (layer after layer the same expressions
+    come back): a description is a function of the expression and the env's replacements
+    alone, so they are part of its key; a size that cannot be described is not memoized."""
+    sizes = {} if sizes is None else sizes
+
+    def size(v):
+        node = getattr(v, "node", None)
+        if not isinstance(v, (torch.SymInt, torch.SymFloat, torch.SymBool)) or not isinstance(node, SymNode) \
+                or node.env is not env or (node.recipe is not None and not node.exact):
+            return _expr(v, env)
+        key = (type(v), node.expr, len(env.replacements))
+        found = sizes.get(key)
+        if found is None:
+            found = sizes[key] = _expr(v, env)
+        return found
+
+    def elements(meta):
+        """The storage's size in elements (nbytes // element size), memoized by the bytes' expression."""
+        nbytes, width = meta.untyped_storage().nbytes(), max(meta.element_size(), 1)
+        node = getattr(nbytes, "node", None)
+        if not isinstance(node, SymNode) or node.env is not env:
+            return size(nbytes // width)
+        key = ("elements", node.expr, width, len(env.replacements))
+        found = sizes.get(key)
+        if found is None:
+            found = sizes[key] = size(nbytes // width)
+        return found
+
     def one(v):
         if isinstance(v, torch.Tensor):
             meta = v.gp_meta if isinstance(v, TracerTensor) else v
-            elements = meta.untyped_storage().nbytes() // max(meta.element_size(), 1)
-            return TensorLayout(tuple(_expr(s, env) for s in meta.shape), tuple(_expr(s, env) for s in meta.stride()),
-                           _expr(meta.storage_offset(), env), _expr(elements, env), meta.dtype, v.device,
-                           v.requires_grad)
+            return TensorLayout(tuple(size(s) for s in meta.shape), tuple(size(s) for s in meta.stride()),
+                                size(meta.storage_offset()), elements(meta), meta.dtype, v.device,
+                                v.requires_grad)
         if isinstance(v, (torch.SymInt, torch.SymFloat, torch.SymBool)):
-            return _expr(v, env)
+            return size(v)
         if isinstance(v, (list, tuple)):
             return type(v)(one(x) for x in v) if not hasattr(v, "_fields") else tuple(one(x) for x in v)
         if isinstance(v, dict):
@@ -281,10 +311,22 @@ def _describe(value, env: ShapeEnv):
 
 
 def _hashable(value):
+    """A description as a dict key that tells apart what the computation tells apart:
+    containers tagged with their type, Python numbers with theirs (as keys True, 1 and 1.0
+    are one, as arguments they are not: `x + True` and `x + 1` on a bool tensor give other
+    dtypes; a float by its repr, so that -0.0 is not 0.0)."""
     if isinstance(value, (list, tuple)):
-        return tuple(_hashable(v) for v in value)
+        return (type(value).__name__, tuple(_hashable(v) for v in value))
     if isinstance(value, dict):
-        return tuple(sorted((k, _hashable(v)) for k, v in value.items()))
+        return ("dict", tuple(sorted((k, _hashable(v)) for k, v in value.items())))
+    return _scalar_key(value)
+
+
+def _scalar_key(value):
+    if type(value) in (bool, int):
+        return (type(value).__name__, value)
+    if type(value) is float:
+        return ("float", repr(value))
     return value
 
 

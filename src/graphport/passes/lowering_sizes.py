@@ -57,7 +57,7 @@ def lowered_validity(ep, env: ShapeEnv, assumed: list[tuple[sympy.Symbol, int]],
     user = [s.arg.name for s in ep.graph_signature.input_specs if s.kind is InputKind.USER_INPUT]
     shapes = _input_shapes(ep.graph, user, env)
 
-    def retrace(pinned: InputShapes, locations: bool = True):
+    def retrace(pinned: InputShapes, locations: bool = True, pins: dict | None = None):
         return lower_again(_inputs_pinned(ep.graph_module, user, pinned), pinned.env)
 
     report = prove_small_sizes(retrace, shapes, lowered, constants, only=set(below))

@@ -59,8 +59,8 @@ def prove_small_sizes(retrace: Callable[..., Any], shapes: InputShapes, graph: f
                       constants: dict[str, torch.Tensor], only: set | None = None,
                       settled: LocalVerdicts | None = None) -> SmallSizeReport:
     """For every symbol the capture assumed >= 1 or >= 2 below its declared minimum, trace
-    at the small sizes in range and compare. `retrace(shapes, locations=True)` captures
-    again and returns the captured graph, its constants and, optionally, what its own
+    at the small sizes in range and compare. `retrace(shapes, locations=True, pins=None)`
+    captures again (`pins`: the symbols pinned there, tied ones included) and returns the captured graph, its constants and, optionally, what its own
     operator-by-operator proof settled (LocalVerdicts) (with `locations` False, without
     source locations: the proof does not need them, only a report of where the program
     differs does). `only`: the symbols to prove, if not all. Constants made from sizes
@@ -186,7 +186,7 @@ def _try_pins(pins: dict[sympy.Symbol, sympy.Integer], retrace, shapes: InputSha
     pinned = shapes.pinned(pins)
     report.traces += 1
     try:
-        pinned_graph, pinned_constants, *settled = retrace(pinned, locations=False)
+        pinned_graph, pinned_constants, *settled = retrace(pinned, locations=False, pins=pins)
     except InternalError:
         raise
     except OperatorError as e:   # an operator rejects its arguments there, as it would in eager
