@@ -329,7 +329,9 @@ class _Session:
             else:
                 out = self.mode.run_meta(call.func, args, kwargs, cache=call.kind == "meta")
         except Exception as e:   # the operator fails there, or cannot be repeated: the re-trace decides
-            return Outcome(False, e)
+            # kept for its message only: its traceback's frames would hold export's locals (both
+            # graphs, the env) in a cycle, freed by the cyclic collector instead of on return
+            return Outcome(False, e.with_traceback(None))
         finally:
             self.spoiled = any(g.rel not in self.original_guards for g in self.env.guards[guards:])
         return Outcome(self._same(call.out, out) and not self.spoiled
