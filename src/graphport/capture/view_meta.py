@@ -10,6 +10,13 @@ and takes torch's path, which guards or raises as eager would.
 The output is a new meta tensor rather than a view of the input's meta storage (making
 that view would ask the storage-bounds questions this avoids); capture tracks views by
 their base (tracer.py), and this storage is the same size.
+
+`unsqueeze` and `transpose` take torch's C++ kernel instead of its Python reference: the
+kernel is the one eager runs, it reorders or inserts sizes and strides without asking a
+question of them (a new dimension's stride is the next one's size times stride, or 1 at the
+end), so on symbolic sizes it gives eager's metadata at every size. The Python reference
+builds the same view through `broadcast_in_dim`, asking whether each size is 1 on the way
+(which records an assumption that sizes are at least 2), at ten times the cost.
 """
 from __future__ import annotations
 
@@ -19,6 +26,7 @@ from typing import Any
 import sympy
 import torch
 
+from .. import _torch
 from ..errors import OperatorError
 from ..shapes.expr import exact_ratio
 from ..shapes.multiples import Multiples
@@ -28,9 +36,14 @@ from .pointwise_meta import contiguous, symbolic_sizes
 aten = torch.ops.aten
 
 _VIEWS = frozenset({aten.view.default, aten._unsafe_view.default})
+# views whose C++ kernel asks no question of symbolic sizes (see above)
+_BY_KERNEL = frozenset({aten.unsqueeze.default, aten.transpose.int})
 
 
 def view_meta(func, args: tuple, kwargs: dict) -> torch.Tensor | None:
+    if func in _BY_KERNEL:
+        with _torch.cpp_kernels():
+            return func(*args, **kwargs)
     if func not in _VIEWS or kwargs or len(args) != 2:
         return None
     x, shape = args
