@@ -11,6 +11,7 @@
 """
 from __future__ import annotations
 
+import contextlib
 import itertools
 
 import pytest
@@ -206,3 +207,79 @@ def test_shared_nodes_carry_no_constant_the_program_fixed():
     assert x.wrap_bool(True) is x.wrap_bool(True) and x._fixed(True, bool) is not x.wrap_bool(True)
     other = ShapeEnv()
     assert SymNode(b, other, int).wrap_int(3) is not x.wrap_int(3)   # nodes never cross environments
+
+
+# -- softmax in closed form ------------------------------------------------------------------
+
+SOFTMAXES = [(aten._softmax.default, (False,), {}), (aten._log_softmax.default, (False,), {}),
+             (aten._safe_softmax.default, (), {}), (aten._safe_softmax.default, (), {"dtype": torch.float64})]
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+@pytest.mark.parametrize("dim", [-1, 0, 1])
+@pytest.mark.parametrize("func,rest,kwargs", SOFTMAXES, ids=["softmax", "log_softmax", "safe", "safe f64"])
+def test_softmax_closed_form_is_eager_at_every_size(layout, dim, func, rest, kwargs):
+    from graphport.capture.layer_meta import layer_meta
+    env, (b, t) = _env(0)
+    x, make = _strided((b, t, 6), env, layout)
+    before = _asked(env)
+    out = layer_meta(func, (x, dim, *rest), kwargs)
+    assert out is not None and _asked(env) == before
+    for values in (dict(zip((b, t), combo)) for combo in itertools.product(SIZES, repeat=2)):
+        expected = func(make(torch.randn(_concrete((b, t, 6), values))), dim, *rest, **kwargs)
+        assert out.dtype == expected.dtype
+        _check(out, expected, values)
+
+
+def test_softmax_closed_form_leaves_what_eager_refuses_to_torch():
+    from graphport.capture.layer_meta import layer_meta
+    env, (b, t) = _env(0)
+    x, _ = _strided((b, t, 6), env, "row-major")
+    assert layer_meta(aten._softmax.default, (x, 3, False), {}) is None   # a dimension out of range
+    assert layer_meta(aten._safe_softmax.default, (x, -4), {}) is None
+    half = torch.empty((symint(b, env), 6), dtype=torch.float16, device="meta")
+    assert layer_meta(aten._softmax.default, (half, -1, True), {}) is None   # eager's CPU kernel refuses it
+
+
+# -- exported programs that take these paths, against eager ------------------------------------
+
+class _FusedAttention(torch.nn.Module):
+    """GPT-2's attention shape logic: one fused projection sliced into q, k, v (views of a
+    tensor that is not row-major), heads split with a -1 and transposed, an additive mask
+    made with unsqueeze, softmax, and the heads merged back."""
+
+    def __init__(self, width: int = 16, heads: int = 4):
+        super().__init__()
+        self.qkv, self.out, self.heads = torch.nn.Linear(width, 3 * width), torch.nn.Linear(width, width), heads
+
+    def forward(self, x, mask):
+        b, t, width = x.shape
+        q, k, v = self.qkv(x).split(width, dim=-1)
+        q, k, v = (z.view(b, t, -1, width // self.heads).transpose(1, 2) for z in (q, k, v))
+        bias = (1.0 - mask[:, None, None, :].to(x.dtype)) * -1e4
+        weights = torch.softmax(q @ k.transpose(-1, -2) * 0.5 + bias, dim=-1)
+        merged = (weights @ v).transpose(1, 2).reshape(b, t, width)
+        return self.out(merged), torch.log_softmax(merged, dim=1)
+
+
+@pytest.mark.parametrize("least", [0, 2])
+def test_exported_attention_is_eager_at_small_and_in_range_sizes(least):
+    import graphport as gp
+    torch.manual_seed(0)
+    model = _FusedAttention().eval()
+    x, mask = torch.randn(2, 5, 16), torch.ones(2, 5)
+    t = gp.Dim("t", min=least, max=32)
+    with pytest.warns(UserWarning, match="refused at call time") if least == 0 else contextlib.nullcontext():
+        ep = gp.export(model, (x, mask), dynamic_shapes=({1: t}, {1: t}))
+    run = ep.module()
+    for seq in sorted({least, 1, 2, 3, 9, 32} - set(range(least))):
+        x, mask = torch.randn(2, seq, 16), (torch.rand(2, seq) > 0.3).float()
+        if seq == 0:   # eager's view(b, 0, -1, 4) is ambiguous and raises: the program refuses the size
+            with pytest.raises(RuntimeError, match="ambiguous"):
+                model(x, mask)
+            with pytest.raises(AssertionError):
+                run(x, mask)
+            continue
+        expected, got = model(x, mask), run(x, mask)
+        for e, g in zip(expected, got):
+            torch.testing.assert_close(g, e, atol=1e-5, rtol=1e-5)
