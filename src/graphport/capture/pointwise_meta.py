@@ -119,7 +119,15 @@ def contiguous(t: torch.Tensor) -> bool:
     address nothing.
     Worked out on the sizes' expressions (no SymInt arithmetic, which makes a node per step):
     `max(size, 1)` is what torch's `sym_max` gives, the size where the declared ranges prove
-    it at least 1, else an unevaluated Max."""
+    it at least 1, else an unevaluated Max. Strides that are the plain products throughout
+    answer without working the clamped ones out."""
+    plain: Any = _ONE
+    for size, stride in zip(reversed(t.shape), reversed(t.stride())):
+        if not _is_one(size) and _expr(stride) != plain:
+            break
+        plain = plain * _expr(size)
+    else:
+        return _expr(t.storage_offset()) == 0
     env = None
     plain: Any = _ONE
     clamped: Any = _ONE
