@@ -33,6 +33,8 @@ below_autograd = torch._C._AutoDispatchBelowADInplaceOrView
 make_wrapper_subclass = torch.Tensor._make_wrapper_subclass
 # Calls on a tensor subclass that skip its __torch_dispatch__ (to set a wrapper's own metadata).
 skip_torch_dispatch = torch._C._DisableTorchDispatch
+# Within: operators run their C++ kernels even where torch has a Python meta kernel or reference.
+cpp_kernels = torch._C._DisablePythonDispatcher
 # Whether any module hook is registered process-wide (nn.Module.__call__ then runs them).
 has_global_module_hooks = torch.nn.modules.module._has_any_global_hook
 
@@ -42,7 +44,7 @@ __all__ = ["OpOverload", "HigherOrderOperator", "TorchDispatchMode", "enable_pyt
            "set_compiler_flags", "hop_entry_module", "decomposition_table", "python_reference", "while_loop",
            "scan", "outside_dispatch_modes", "core_aten_decompositions", "auto_functionalized", "cpu_backend_kernels",
            "fake_kernel", "fake_kernel_context", "composite_implicit_op_names", "is_core_aten",
-           "skip_torch_dispatch", "lazy_graph_module", "has_global_module_hooks", "fake_class",
+           "skip_torch_dispatch", "cpp_kernels", "lazy_graph_module", "has_global_module_hooks", "fake_class",
            "registered_effect"]
 
 _CIA = torch._C.DispatchKey.CompositeImplicitAutograd

@@ -62,7 +62,9 @@ class Attention(torch.nn.Module):
     def forward(self, x, mask):
         b, s, _ = x.shape
         q, k, v = self.qkv(x).view(b, s, 3, 2, 4).permute(2, 0, 3, 1, 4)
-        att = (q @ k.transpose(-1, -2)) / 2.0 + mask[:, None, None, :]
+        # expand's Python reference asks whether each size is 1 (an assumption made inside one
+        # operator's metadata, which the local proof settles)
+        att = (q @ k.transpose(-1, -2)) / 2.0 + mask[:, None, None, :].expand(b, 2, s, s)
         y = att.softmax(-1) @ v
         return self.out(y.transpose(1, 2).reshape(b, s, 8))
 

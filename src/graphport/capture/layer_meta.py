@@ -15,6 +15,11 @@ known at every size: each output is a new row-major tensor whose shape follows t
   channel count.
 - `linear` and `matmul` of matrices: a fresh matrix product (mm or bmm) viewed to the
   leading shape (a bias added elementwise), row-major at every size and input layout.
+- softmax (`_softmax`, `_log_softmax`, `_safe_softmax`): a new row-major tensor of the
+  input's shape whatever the input's layout (eager's kernels allocate the output contiguous;
+  `_safe_softmax` is `where(all-masked rows, 0, softmax)`, all three operands row-major).
+  torch's Python decomposition, which the symbolic path would otherwise run, asks size
+  questions for the reduction, the mask and the `where` (a tenth of T5's dynamic capture).
 - `gru` and `lstm` (batched): the output is a new row-major [time, batch, directions *
   hidden] tensor, transposed to [batch, time, ...] for batch_first; the final states are
   new row-major tensors of the initial states' shapes.
@@ -49,7 +54,7 @@ def layer_meta(func, args: tuple, kwargs: dict) -> Any:
     rule = _RULES.get(func)
     if rule is None or not symbolic_sizes([a for a in args if isinstance(a, torch.Tensor)]):
         return None
-    if kwargs and (func is not aten.addmm.default or set(kwargs) - {"beta", "alpha"}):
+    if set(kwargs) - _KWARGS.get(func, set()):
         return None
     return rule(func, *args, **kwargs)
 
@@ -118,6 +123,16 @@ def _matmul(func, a, b):
     return _new((*batch, a.shape[-2], b.shape[-1]), dtype)
 
 
+def _softmax(func, x, dim, third=None, **kwargs):
+    """`third`: `_safe_softmax`'s dtype, or the others' half_to_float (eager's CPU kernel
+    refuses it, so such a call takes torch's path)."""
+    rank = max(x.dim(), 1)
+    if (func is not aten._safe_softmax.default and third) or type(dim) is not int or not -rank <= dim < rank:
+        return None   # a dimension out of range: torch's path raises eager's error
+    dtype = probe(func, (x, dim) if third is None else (x, dim, third), kwargs)[0][0]
+    return _new(x.shape, dtype)
+
+
 def _recurrent(gates: int):
     """gru (3 gates) or lstm (4; its hx is [h0, c0], and h0 may be projected)."""
     def rule(func, x, hx, params, has_biases, num_layers, dropout, train, bidirectional, batch_first):
@@ -155,7 +170,12 @@ _RULES: dict[Any, Callable] = {
     aten.linear.default: _linear,
     aten.matmul.default: _matmul,
     aten.addmm.default: _addmm,
+    aten._softmax.default: _softmax,
+    aten._log_softmax.default: _softmax,
+    aten._safe_softmax.default: _softmax,
 }
+# the keyword arguments a rule takes (others take none)
+_KWARGS = {aten.addmm.default: {"beta", "alpha"}, aten._safe_softmax.default: {"dtype"}}
 
 
 def _new(shape, dtype: torch.dtype) -> torch.Tensor:

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import sympy
 import torch
 
 from ..shapes.broadcast import broadcast_shapes, is_one as _is_one, same_size, same_sizes
@@ -115,15 +116,39 @@ def contiguous(t: torch.Tensor) -> bool:
     products, graphport's inputs with the sizes themselves: the two differ only when a size is
     0, where the tensor has no elements and every layout is contiguous, so both are accepted.
     Outputs made from such operands may differ from eager's in size-1 strides only, which
-    address nothing."""
-    plain: Any = 1
-    clamped: Any = 1
+    address nothing.
+    Worked out on the sizes' expressions (no SymInt arithmetic, which makes a node per step):
+    `max(size, 1)` is what torch's `sym_max` gives, the size where the declared ranges prove
+    it at least 1, else an unevaluated Max. Strides that are the plain products throughout
+    answer without working the clamped ones out."""
+    plain: Any = _ONE
     for size, stride in zip(reversed(t.shape), reversed(t.stride())):
-        if not _is_one(size) and not same_size(stride, plain) and not same_size(stride, clamped):
+        if not _is_one(size) and _expr(stride) != plain:
+            break
+        plain = plain * _expr(size)
+    else:
+        return _expr(t.storage_offset()) == 0
+    env = None
+    plain: Any = _ONE
+    clamped: Any = _ONE
+    for size, stride in zip(reversed(t.shape), reversed(t.stride())):
+        stride = _expr(stride)
+        if not _is_one(size) and stride != plain and stride != clamped:
             return False
-        plain, clamped = _times(plain, size), _times(clamped, torch.sym_max(size, 1) if isinstance(size, torch.SymInt)
-                                                    else max(size, 1))
-    return same_size(t.storage_offset(), 0)
+        if isinstance(size, torch.SymInt):
+            env = env or size.node.env
+            size = size.node.expr
+            plain, clamped = plain * size, clamped * env.extremum(True, size, _ONE)
+        else:
+            plain, clamped = plain * size, clamped * max(size, 1)
+    return _expr(t.storage_offset()) == 0
+
+
+_ONE = sympy.Integer(1)
+
+
+def _expr(size) -> sympy.Expr:
+    return size.node.expr if isinstance(size, torch.SymInt) else sympy.Integer(size)
 
 
 def _times(a, b):

@@ -10,6 +10,23 @@ and takes torch's path, which guards or raises as eager would.
 The output is a new meta tensor rather than a view of the input's meta storage (making
 that view would ask the storage-bounds questions this avoids); capture tracks views by
 their base (tracer.py), and this storage is the same size.
+
+A view of a tensor that is not row-major is in closed form too where it keeps the leading
+dimensions (the same expressions) and reshapes only trailing ones that are row-major among
+themselves, from whatever innermost stride (GPT-2's heads split off a slice of the fused
+projection, `[b, t, 768]` with strides `[2304*t, 2304, 1]` viewed as `[b, t, 12, 64]`): those
+trailing dimensions form one block of memory at every size, so the view exists, the kept
+dimensions keep their strides and the new ones are row-major within the block, as torch's
+`computeStride` finds wherever the tensor has elements (a dimension of size 1 may get
+another stride there, which addresses nothing). The result is an `as_strided` of the input,
+with its storage and offset.
+
+`unsqueeze` and `transpose` take torch's C++ kernel instead of its Python reference: the
+kernel is the one eager runs, it reorders or inserts sizes and strides without asking a
+question of them (a new dimension's stride is the next one's size times stride, or 1 at the
+end), so on symbolic sizes it gives eager's metadata at every size. The Python reference
+builds the same view through `broadcast_in_dim`, asking whether each size is 1 on the way
+(which records an assumption that sizes are at least 2), at ten times the cost.
 """
 from __future__ import annotations
 
@@ -19,6 +36,7 @@ from typing import Any
 import sympy
 import torch
 
+from .. import _torch
 from ..errors import OperatorError
 from ..shapes.expr import exact_ratio
 from ..shapes.multiples import Multiples
@@ -28,9 +46,14 @@ from .pointwise_meta import contiguous, symbolic_sizes
 aten = torch.ops.aten
 
 _VIEWS = frozenset({aten.view.default, aten._unsafe_view.default})
+# views whose C++ kernel asks no question of symbolic sizes (see above)
+_BY_KERNEL = frozenset({aten.unsqueeze.default, aten.transpose.int})
 
 
 def view_meta(func, args: tuple, kwargs: dict) -> torch.Tensor | None:
+    if func in _BY_KERNEL:
+        with _torch.cpp_kernels():
+            return func(*args, **kwargs)
     if func not in _VIEWS or kwargs or len(args) != 2:
         return None
     x, shape = args
@@ -40,13 +63,23 @@ def view_meta(func, args: tuple, kwargs: dict) -> torch.Tensor | None:
     # where the facts make a size a multiple (`seq % 5 == 0` on one side of a branch, or a
     # guard), the sizes are compared knowing it: shapes/multiples.py
     algebra = env.multiples()
-    if not (contiguous(x) or _row_major(x)):
-        return None
     numel = sympy.Integer(1)
     for s in x.shape:
         numel = numel * size_expr(s)
+    sizes = _spelled_out(numel, shape, env, algebra)
+    if sizes is None:
+        return None
+    if not (contiguous(x) or _row_major(x)):
+        return _tail_view(x, sizes, env, algebra)
     if not algebra.same_value(size_expr(x.untyped_storage().nbytes()), numel * x.element_size()):
         return None
+    return torch.empty(sizes, dtype=x.dtype, device="meta")
+
+
+def _spelled_out(numel: sympy.Expr, shape, env, algebra: Multiples) -> list | None:
+    """The view's sizes with a `-1` replaced by the size it stands for; None where they do not
+    multiply to `numel` as expressions, or the `-1` is not an exact quotient or is ambiguous at
+    some size in range (no elements: eager raises), which torch's path decides."""
     known, inferred = sympy.Integer(1), [i for i, s in enumerate(shape) if type(s) is int and s == -1]
     if len(inferred) > 1 or any(type(s) is int and s < 0 and s != -1 for s in shape) \
             or not all(isinstance(s, (int, torch.SymInt)) for s in shape):
@@ -63,14 +96,40 @@ def view_meta(func, args: tuple, kwargs: dict) -> torch.Tensor | None:
             quotient = algebra.exact_ratio(numel, known)
         else:   # written as simply as the facts allow (`(seq//5)*(seq//(seq//5))` is `seq`)
             quotient = algebra.restore(algebra.rewrite(quotient))
-        positive = sympy.Gt(known, 0)
+        positive = sympy.Gt(known, 0, evaluate=False) if not known.is_Number else sympy.true if known > 0 \
+            else sympy.false   # unevaluated: sympy's own evaluation of a relation is slow
         if not (env.proves(positive) or algebra.decide(positive) is True) or quotient is None:
-            return None   # an ambiguous -1 at no elements (eager raises), or not an exact quotient
+            return None
         sizes[inferred[0]] = symint(sympy.expand(quotient), env)
     elif not algebra.same_value(known, numel):
         return None
-    return torch.empty(sizes, dtype=x.dtype, device="meta")
+    return sizes
 
+
+def _tail_view(x: torch.Tensor, shape: list, env, algebra: Multiples) -> torch.Tensor | None:
+    """The view (sizes spelled out, multiplying to the tensor's count) of a tensor that is not
+    row-major which keeps its leading dimensions and reshapes trailing ones that are row-major
+    among themselves (see above), or keeps every dimension; None otherwise."""
+    sizes, strides = [size_expr(s) for s in x.shape], [size_expr(s) for s in x.stride()]
+    new = [size_expr(s) for s in shape]
+    kept = 0
+    while kept < min(len(sizes), len(new)) and sizes[kept] == new[kept]:
+        kept += 1
+    if kept == len(sizes) == len(new):
+        out_strides = list(x.stride())   # the same shape: torch keeps the strides, even with no elements
+    elif kept == len(sizes) or kept == len(new):
+        return None
+    else:
+        for d in range(kept, len(sizes) - 1):
+            if not algebra.same_value(strides[d], strides[d + 1] * sizes[d + 1]):
+                return None
+        tail, step = [], strides[-1]
+        for size in reversed(new[kept:]):
+            tail.insert(0, step)
+            step = step * size
+        out_strides = [symint(s, env) for s in strides[:kept] + tail]
+    with _torch.cpp_kernels():
+        return x.as_strided(tuple(shape), tuple(out_strides), x.storage_offset())
 
 
 def _row_major(x: torch.Tensor) -> bool:

@@ -85,6 +85,8 @@ class ShapeEnv:
     _simplified: dict = field(default_factory=dict)
     _decisions: dict = field(default_factory=dict)
     _arith: dict = field(default_factory=dict)
+    # (operation, *argument expressions) -> the one SymNode of that pure value here (shapes/node.py)
+    pure_nodes: dict = field(default_factory=dict)
     _asked: dict = field(default_factory=dict)          # relation -> times it had to be guarded
     # answers by the ranges they were settled from: valid in any env (see share_caches)
     _by_ranges: dict = field(default_factory=dict)

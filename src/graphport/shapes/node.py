@@ -134,7 +134,8 @@ class SymNode:
 
     @property
     def expr(self) -> sympy.Basic:
-        return self.env.simplify(self._expr)
+        env = self.env
+        return env.simplify(self._expr) if env.replacements else self._expr
 
     @property
     def _hint(self):
@@ -167,7 +168,7 @@ class SymNode:
 
     def has_hint(self) -> bool:
         # sizes from example inputs have one; data-dependent values (u0 = x.item()) do not
-        return not self.env.unbacked.involved(self._expr)
+        return not _data_dependent(self.env, self._expr)
 
     def is_symbolic(self) -> bool:
         return True
@@ -202,6 +203,18 @@ class SymNode:
     def _new(self, expr, pytype) -> "SymNode":
         return SymNode(expr, self.env, pytype)
 
+    def _shared(self, key: tuple, make) -> "SymNode":
+        """The env's one node for a pure value `key` names ((operation, *argument expressions):
+        a computation of sympy algebra alone, whose result depends on nothing else), made by
+        `make()` the first time. torch's kernels work the same sizes out many times per call
+        (strides, element counts, bounds checks); a pure node holds no state of its own, so
+        one node serves every time."""
+        nodes = self.env.pure_nodes
+        node = nodes.get(key)
+        if node is None:
+            node = nodes[key] = make()
+        return node
+
     def _made(self, op: str, args: tuple, pytype: type, expr: sympy.Basic | None, exact: bool) -> "SymNode":
         """A value recomputed in the graph by its recipe; `expr` None: not modelled (Opaque)."""
         node = SymNode(sympy.Integer(0), self.env, pytype, (op, *args), exact and expr is not None)
@@ -212,14 +225,14 @@ class SymNode:
         return node
 
     def wrap_int(self, num: int) -> "SymNode":
-        return self._new(sympy.Integer(num), int)
+        return self._shared(("int", num), lambda: SymNode(sympy.Integer(num), self.env, int))
 
     def wrap_float(self, num: float) -> "SymNode":
         expr = sympy.Rational(num) if math.isfinite(num) else None
         return self._made("const", (num,), float, expr, True)
 
     def wrap_bool(self, num: bool) -> "SymNode":
-        return self._new(sympy.true if num else sympy.false, bool)
+        return self._shared(("bool", bool(num)), lambda: SymNode(sympy.true if num else sympy.false, self.env, bool))
 
     def clone(self) -> "SymNode":
         return self
@@ -249,6 +262,12 @@ class SymNode:
         return self if pinned == self.expr else other
 
     def _binary(self, other: "SymNode", op: str) -> "SymNode":
+        if self.recipe is None and other.recipe is None and self.pytype is int and other.pytype is int \
+                and op not in _EXTREMA:
+            # size arithmetic (the common case): one sympy operation, cached with its node
+            a, b = self.expr, other.expr
+            env = self.env
+            return self._shared((op, a, b), lambda: SymNode(env.memo(_SYMPY_ARITH[op], a, b), env, int))
         pytype = float if float in (self.pytype, other.pytype) else int
         a, b = self.expr, other.expr
         exact = self.exact and other.exact
@@ -400,12 +419,11 @@ class SymNode:
     def _fixed(self, value, pytype) -> "SymNode":
         """A Python value the program computed from sizes: the sizes it depends on become constants."""
         self._pin()
-        if pytype is bool:
-            node = self.wrap_bool(value)
-        elif pytype is int:
-            node = self.wrap_int(value)
-        else:
+        if pytype is float:
             node = self.wrap_float(value)
+        else:   # a node of its own (wrap_int's and wrap_bool's are shared, and carry no constant)
+            node = SymNode(sympy.Integer(value) if pytype is int else sympy.true if value else sympy.false,
+                           self.env, pytype)
         node.constant = value
         return node
 
@@ -458,7 +476,8 @@ class SymNode:
                 return self.wrap_bool(fn in (sympy.Eq, sympy.Le, sympy.Ge))
             if a.is_Number and b.is_Number:
                 return self._new(fn(a, b), bool)
-            return self._new(self.env.memo(_UNEVALUATED_REL[op], a, b), bool)
+            env = self.env
+            return self._shared((op, a, b), lambda: SymNode(env.memo(_UNEVALUATED_REL[op], a, b), env, bool))
         exact = self.exact and other.exact
         if a.has(Opaque) or b.has(Opaque):
             expr = None
@@ -493,7 +512,8 @@ class SymNode:
         if a is sympy.true or b is sympy.true:
             return other if a is sympy.true else self
         if self._pure(other):
-            return self._new(self.env.memo(sympy.And, a, b), bool)
+            env = self.env
+            return self._shared(("and", a, b), lambda: SymNode(env.memo(sympy.And, a, b), env, bool))
         expr = None if a.has(Opaque) or b.has(Opaque) else sympy.And(a, b)
         return self._made("and", (self, other), bool, expr, self.exact and other.exact)
 
@@ -504,7 +524,8 @@ class SymNode:
         if a is sympy.false or b is sympy.false:
             return other if a is sympy.false else self
         if self._pure(other):
-            return self._new(self.env.memo(sympy.Or, a, b), bool)
+            env = self.env
+            return self._shared(("or", a, b), lambda: SymNode(env.memo(sympy.Or, a, b), env, bool))
         expr = None if a.has(Opaque) or b.has(Opaque) else sympy.Or(a, b)
         return self._made("or", (self, other), bool, expr, self.exact and other.exact)
 
@@ -554,7 +575,7 @@ class SymNode:
     def expect_true(self, file: str = "", line: int = 0) -> bool:
         """torch._check(cond): a fact about data-dependent values the ranges do not settle is
         assumed from here on and checked at run time by an assertion in the graph."""
-        if not self.env.unbacked.involved(self._expr) or not (self.recipe is None or self.exact):
+        if not _data_dependent(self.env, self._expr) or not (self.recipe is None or self.exact):
             return self.guard_bool()
         found = self._static()
         if found is not None:
@@ -577,7 +598,7 @@ class SymNode:
     def guard_size_oblivious(self, file: str = "", line: int = 0) -> bool:
         """Answered as if every size were at least 2, guarding only if that does not settle it."""
         found = self._static(decides=True)
-        if found is None and self.env.unbacked.involved(self._expr) and (self.recipe is None or self.exact):
+        if found is None and _data_dependent(self.env, self._expr) and (self.recipe is None or self.exact):
             found = self.env.oblivious_value(self.expr)
         return self.guard_bool() if found is None else found
 
@@ -716,6 +737,11 @@ def _strides_follow(env: ShapeEnv, sizes, strides, order, guarded: bool = True) 
     return True
 
 
+def _data_dependent(env: ShapeEnv, expr) -> bool:
+    """Whether `expr` involves a data-dependent symbol (none to look for in most captures)."""
+    return bool(env.unbacked.infos) and bool(env.unbacked.involved(expr))
+
+
 def _adapter(env: ShapeEnv) -> "ShapeEnvAdapter":
     """The env's one adapter (every node of an env answers torch's questions the same way)."""
     found = env.__dict__.get("_adapter")
@@ -749,12 +775,12 @@ class ShapeEnvAdapter:
         return self.env.hint_of(expr)
 
     def optimization_hint(self, expr, fallback=None):
-        if fallback is not None and self.env.unbacked.involved(self.env.simplify(expr)):
+        if fallback is not None and _data_dependent(self.env, self.env.simplify(expr)):
             return fallback
         return self.env.hint_of(expr)
 
     def size_hint(self, expr, allow_none=False):
-        if allow_none and self.env.unbacked.involved(self.env.simplify(expr)):
+        if allow_none and _data_dependent(self.env, self.env.simplify(expr)):
             return None
         return self.env.hint_of(expr)
 
