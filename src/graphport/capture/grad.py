@@ -27,6 +27,9 @@ import torch.fx as fx
 # (absent: the mode the program was called with).
 GRAD_ENABLED_KEY = "grad_enabled"
 
+# Composite ops whose kernel (and so output layout) depends on which inputs require grad.
+CHOOSES_KERNEL_BY_GRAD = frozenset({torch.ops.aten.scaled_dot_product_attention.default})
+
 
 class GradFlow:
     """Nodes recorded with grad disabled, and the answers found so far."""

@@ -319,10 +319,11 @@ def _hashable(value):
         return (type(value).__name__, tuple(_hashable(v) for v in value))
     if isinstance(value, dict):
         return ("dict", tuple(sorted((k, _hashable(v)) for k, v in value.items())))
-    return _scalar_key(value)
+    return scalar_key(value)
 
 
-def _scalar_key(value):
+def scalar_key(value):
+    """A Python scalar as a key that tells True, 1 and 1.0 apart (see _hashable)."""
     if type(value) in (bool, int):
         return (type(value).__name__, value)
     if type(value) is float:

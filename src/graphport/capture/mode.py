@@ -27,7 +27,7 @@ from .data_dependent import mask_index, rules as data_dependent_rules, truth
 from .eager_check import outside_storage, runs_at_the_example, with_eager_like_strides
 from . import custom_ops
 from .environment import register_higher_order_rules
-from .grad import as_eager_requires
+from .grad import CHOOSES_KERNEL_BY_GRAD, as_eager_requires
 from .layer_meta import META_BY_DECOMPOSITION, layer_meta
 from .pointwise_meta import pointwise_meta
 from .reduction_meta import reduction_meta
@@ -331,7 +331,7 @@ class CaptureMode(_torch.TorchDispatchMode):
     def keep_whole(self, func, args, kwargs):
         """Record the kept composite as one node (see call_kept_composite)."""
         tracers = [t for t in pytree.tree_leaves((args, kwargs)) if isinstance(t, TracerTensor)] \
-            if func in _CHOOSES_KERNEL_BY_GRAD else []
+            if func in CHOOSES_KERNEL_BY_GRAD else []
         grads = tuple(self.rec.grad.requires_grad(self.rec.value(t)) for t in tracers)
         val = self.kept_composite_meta(func, args, kwargs, grads)
         if val is None:
@@ -395,7 +395,7 @@ class CaptureMode(_torch.TorchDispatchMode):
         """A kept composite's output metadata, `grads` saying which of its tensor arguments
         eager would have require grad; None when only its meta kernel can tell."""
         tracers = [t for t in pytree.tree_leaves((args, kwargs)) if isinstance(t, TracerTensor)] \
-            if func in _CHOOSES_KERNEL_BY_GRAD else []
+            if func in CHOOSES_KERNEL_BY_GRAD else []
 
         def decomposed_meta():
             meta_args, meta_kwargs = map_args(self._meta, (args, kwargs))
@@ -584,8 +584,6 @@ class CaptureMode(_torch.TorchDispatchMode):
             raise InternalError(f"writing back through a view of {target.gp_label} failed: "
                                 f"{type(e).__name__}: {str(e).strip()[:300]}", find_location=True) from e
 
-
-_CHOOSES_KERNEL_BY_GRAD = static_composites.CHOOSES_KERNEL_BY_GRAD
 
 # Composite ops returning a view of their input or a copy depending on its strides.
 _CHOOSES_VIEW_OR_COPY = frozenset({aten.reshape.default})

@@ -28,7 +28,7 @@ from .environment import capture_environment
 from .inputs import laid_out
 from .meta_cache import MetaCache
 from ..errors import OperatorError
-from .local_proofs import DeferredAssumptions, LocalVerdicts, MetadataCall, TensorLayout, _scalar_key, at_pins
+from .local_proofs import DeferredAssumptions, LocalVerdicts, MetadataCall, TensorLayout, scalar_key, at_pins
 from .mode import CaptureMode
 from .recorder import Recorder
 from .sizes import SizeValues
@@ -249,12 +249,12 @@ class TakenOver:
             if expr.free_symbols:
                 return ("S", described[1], expr)
             pytype = {torch.SymInt: int, torch.SymFloat: float, torch.SymBool: bool}[described[1]]
-            return _scalar_key(pytype(expr) if pytype is not bool else bool(expr))
+            return scalar_key(pytype(expr) if pytype is not bool else bool(expr))
         if isinstance(described, (list, tuple)):
             return (type(described).__name__, tuple(self._described(v, pins) for v in described))
         if isinstance(described, dict):
             return ("dict", tuple(sorted((k, self._described(v, pins)) for k, v in described.items())))
-        return _scalar_key(described)
+        return scalar_key(described)
 
     def _same_recorded(self, ours, theirs, pins: dict) -> bool:
         """Whether the re-trace's recorded metadata `ours` at `pins` is the capture's `theirs`

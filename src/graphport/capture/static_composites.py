@@ -44,6 +44,7 @@ from . import custom_ops
 from .custom_objects import is_custom_object
 from .data_dependent import rules as data_dependent_rules
 from .effects import orders as effects_order
+from .grad import CHOOSES_KERNEL_BY_GRAD
 from .rules import SPECIAL
 from .tracer import META, TracerTensor
 
@@ -124,10 +125,6 @@ class _FollowedDecomposition(_torch.TorchDispatchMode):
         val = self.cache.run(self.kept_key(func), args, kwargs, lambda: self.decomposed_meta(func, args, kwargs))
         return _wrap(val, self.device_of(args, kwargs))
 
-
-# Composite ops whose kernel (and so output layout) depends on which inputs require grad:
-# CPU attention takes the math kernel when the mask does (capture/grad.py).
-CHOOSES_KERNEL_BY_GRAD = frozenset({aten.scaled_dot_product_attention.default})
 
 
 def _meta(a):
